@@ -1,0 +1,26 @@
+//! bitfold's storage engine: vectors, the bitwise kernels that fold them, and
+//! the memory-mapped store that holds a slave's vectors.
+//!
+//! This crate knows nothing of the network. Its main types:
+//!
+//! - [`VectorPart`]: a borrowed vector (or piece of one) as roaring-style
+//!   containers, dense ones being plain 64-bit words; [`VectorBuf`] owns one.
+//! - [`kernels`]: OR / AND / popcount over words, dispatched to SIMD at run time.
+//!
+//! ```
+//! use bitfold_engine::VectorBuf;
+//!
+//! let v = VectorBuf::from_bits(vec![3, 1, 1 << 31]);
+//! assert_eq!(v.as_part().cardinality(), 3);
+//! assert!(v.as_part().contains(1 << 31));
+//! ```
+#![deny(missing_docs)]
+
+pub mod fold;
+pub mod kernels;
+pub mod vector;
+
+pub use vector::{
+    CONTAINER_BITS, CONTAINER_WORDS, ContainerRef, DenseContainer, MalformedPart, PART_MAX_DENSE,
+    PushError, SPARSE_MAX, VectorBuf, VectorPart,
+};
