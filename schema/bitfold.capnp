@@ -1,0 +1,151 @@
+# bitfold's wire protocol.
+#
+# The first part is the DBMS interface (SPEC §5): its names, ordinals and
+# types are fixed; a DBMS in any language needs this file and nothing else.
+# Everything after it (more `Master` methods, the `Slave` interface and the
+# structures they use) is bitfold's own and may change between versions.
+
+@0xb2e5f52968aba00a;
+
+# ---------------------------------------------------------------------------
+# The DBMS interface (fixed).
+
+interface Master {
+  query @0 (message :Text, format :Format) -> (result :Result);
+  # Answers a `P:vid` or `R:t1&t2&...` query message in `format`.
+
+  import @1 (vectors :List(VidVector)) -> (outcome :Outcome);
+  # Sets the bits of every vector on all of its owners, then records the
+  # vids durably; `ok` means every owner and the catalog hold them.
+
+  status @2 () -> (slaves :List(SlaveStatus));
+  # The state of every slave of the cluster, in cluster file order.
+}
+
+enum Format { words @0; roaring @1; count @2; }
+
+struct Result {
+  union {
+    words   @0 :Data;
+    roaring @1 :Data;
+    count   @2 :UInt64;
+    error   @3 :Error;
+  }
+}
+
+struct Error {
+  kind @0 :ErrorKind;
+  message @1 :Text;
+  failedMachines @2 :List(Text);
+}
+
+enum ErrorKind { badQuery @0; notFound @1; unavailable @2; internal @3; tooLarge @4; }
+
+# ---------------------------------------------------------------------------
+# bitfold's own structures.
+
+struct Part {
+  # A piece of a vector: roaring-style containers, dense ones as 64-bit
+  # words. Every field is little-endian and read in place (zero-copy).
+  denseKeys @0 :Data;     # u16 per dense container, ascending
+  denseWords @1 :Data;    # u64, 1024 per dense container, in key order
+  sparseKeys @2 :Data;    # u16 per sparse container, ascending
+  sparseEnds @3 :Data;    # u32 end offset of each sparse container in sparseValues
+  sparseValues @4 :Data;  # u16 positions, ascending within a container
+}
+
+struct VidVector {
+  # One vector and its vid. The parts of a vector have ascending,
+  # key-disjoint ranges.
+  vid @0 :UInt64;
+  parts @1 :List(Part);
+}
+
+struct Outcome {
+  union {
+    ok @0 :Void;
+    error @1 :Error;
+  }
+}
+
+struct SlaveStatus {
+  name @0 :Text;
+  addr @1 :Text;
+  up @2 :Bool;
+  sinceUnixMillis @3 :Int64;   # when the slave was last seen going up or down
+  vectors @4 :UInt64;
+  bytes @5 :UInt64;
+  reason @6 :Text;             # why it is down; empty when up
+}
+
+struct Machine {
+  # An entry of a chain's machine table.
+  name @0 :Text;
+  addr @1 :Text;
+}
+
+struct MachineVecNode {
+  # The seed's machine_vec_node: vector `vid` held by `machines[machine]`.
+  machine @0 :UInt32;
+  vid @1 :UInt64;
+}
+
+struct FailedMachine {
+  # The seed's failed_machine: a machine that did not answer, and why.
+  name @0 :Text;
+  addr @1 :Text;
+  reason @2 :Text;
+}
+
+struct QueryReturnValue {
+  # The seed's query_return_value: the chain's vector, or the machine that failed.
+  union {
+    vector @0 :List(Part);
+    failedMachine @1 :FailedMachine;
+  }
+}
+
+enum Want { vector @0; count @1; }
+
+struct CoordinateResult {
+  union {
+    vector @0 :List(Part);
+    count @1 :UInt64;
+    failedMachines @2 :List(FailedMachine);
+  }
+}
+
+struct FetchResult {
+  union {
+    vector @0 :List(Part);
+    notFound @1 :Void;
+  }
+}
+
+# ---------------------------------------------------------------------------
+# The slave interface: what the master and other slaves call.
+
+interface Slave {
+  handle @0 (machines :List(Machine), chain :List(MachineVecNode), partial :List(Part),
+             budgetMicros :UInt64) -> (result :QueryReturnValue);
+  # Handler: ORs the leading nodes of `chain` (those on the receiver, the
+  # machine of the first node) into `partial`, forwards the rest of the chain
+  # to the next machine and returns its answer; answers within `budgetMicros`.
+
+  coordinate @1 (machines :List(Machine), chains :List(List(MachineVecNode)), want :Want,
+                 budgetMicros :UInt64) -> (result :CoordinateResult);
+  # Coordinator: runs one handler chain per term in parallel and ANDs the
+  # term vectors (or only counts the AND); returns every failed machine.
+
+  fetch @2 (vid :UInt64) -> (result :FetchResult);
+  # Point query: the vector `vid` as this slave holds it.
+
+  import @3 (vectors :List(VidVector)) -> (outcome :Outcome);
+  # Sets the bits of every vector; `ok` once durable on this slave.
+
+  health @4 () -> (vectors :UInt64, bytes :UInt64);
+  # Answers when the slave is alive: how many vectors and data bytes it holds.
+
+  catalog @5 () -> (vids :Data);
+  # Every vid this slave holds, ascending, as u64 little-endian.
+}
