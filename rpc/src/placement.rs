@@ -1,0 +1,148 @@
+//! Which slaves own a vector (SPEC §4).
+//!
+//! With `n` slaves in cluster-file order, the owners of vid `v` are slaves
+//! `j, j+1, ..., j+replicas-1 (mod n)` where
+//! `j = jump_consistent_hash(mix64(v), n)`.
+//!
+//! ```
+//! use bitfold_rpc::placement::owners;
+//!
+//! let o = owners(42, 4, 2);
+//! assert_eq!(o.len(), 2);
+//! assert_eq!(o[1], (o[0] + 1) % 4);
+//! ```
+
+/// The 64-bit finaliser of MurmurHash3 (`fmix64`): a fixed bijective mixer.
+///
+/// Consecutive vids (the bins of one attribute) must spread over the slaves;
+/// jump hash alone would put small keys in low buckets far too often, so it
+/// is fed a well-mixed key. The mixer is fixed forever: changing it moves
+/// every vector.
+pub fn mix64(mut key: u64) -> u64 {
+    key ^= key >> 33;
+    key = key.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    key ^= key >> 33;
+    key = key.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    key ^= key >> 33;
+    key
+}
+
+/// Jump consistent hash (Lamping & Veach, 2014): the bucket in `0..buckets`
+/// of `key`; adding a bucket at the end moves about `1/(buckets+1)` of the
+/// keys, all into the new bucket.
+///
+/// Written here rather than taken from a crate: `jump-consistent-hash` 0.1
+/// computes `key * 2862933555777941757 + 1` without wrapping, which
+/// overflows (a panic in debug builds), and `jumphash` hashes with random
+/// SipHash keys, so two processes would disagree on placement.
+///
+/// # Panics
+///
+/// If `buckets` is zero.
+pub fn jump_consistent_hash(mut key: u64, buckets: u32) -> u32 {
+    assert!(buckets > 0, "jump hash needs at least one bucket");
+    let (mut b, mut j): (i64, i64) = (-1, 0);
+    while j < i64::from(buckets) {
+        b = j;
+        key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
+        j = ((b + 1) as f64 * ((1u64 << 31) as f64 / ((key >> 33) + 1) as f64)) as i64;
+    }
+    b as u32
+}
+
+/// The first owner of `vid` among `slaves` slaves.
+///
+/// # Panics
+///
+/// If `slaves` is zero or does not fit in `u32`.
+pub fn primary(vid: u64, slaves: usize) -> usize {
+    let buckets = u32::try_from(slaves).expect("at most 2^32 - 1 slaves");
+    jump_consistent_hash(mix64(vid), buckets) as usize
+}
+
+/// The owners of `vid`, primary first: `replicas` consecutive slave indices (mod `slaves`).
+///
+/// # Panics
+///
+/// If `slaves` is zero, or `replicas` is zero or above `slaves`.
+pub fn owners(vid: u64, slaves: usize, replicas: usize) -> Vec<usize> {
+    assert!(
+        (1..=slaves).contains(&replicas),
+        "replicas must be in 1..=slaves"
+    );
+    let first = primary(vid, slaves);
+    (0..replicas).map(|i| (first + i) % slaves).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jump_hash_matches_the_reference_implementation() {
+        // Published values of the paper's C++ code: ClickHouse's
+        // `jumpConsistentHash` test and the `jump-consistent-hash` crate's docs.
+        let cases: [(u64, u32, u32); 9] = [
+            (1, 1, 0),
+            (42, 57, 43),
+            (256, 1024, 520),
+            (3_735_883_980, 1, 0),
+            (3_735_883_980, 666, 361),
+            (16_045_690_984_833_335_023, 255, 237),
+            (0, 60, 0),
+            (1, 60, 55),
+            (2, 60, 46),
+        ];
+        for (key, buckets, bucket) in cases {
+            assert_eq!(
+                jump_consistent_hash(key, buckets),
+                bucket,
+                "key {key} over {buckets} buckets"
+            );
+        }
+    }
+
+    #[test]
+    fn mix64_is_murmur3_fmix64() {
+        assert_eq!(mix64(0), 0);
+        assert_eq!(mix64(1), 0xb456_bcfc_34c2_cb2c);
+        assert_ne!(mix64(2), mix64(3));
+    }
+
+    #[test]
+    fn adding_a_slave_moves_about_one_in_n_only_into_it() {
+        let keys = 100_000u64;
+        let mut moved = 0;
+        for vid in 0..keys {
+            let before = primary(vid, 10);
+            let after = primary(vid, 11);
+            if before != after {
+                assert_eq!(after, 10, "vid {vid} moved between old slaves");
+                moved += 1;
+            }
+        }
+        let share = moved as f64 / keys as f64;
+        assert!((0.08..0.10).contains(&share), "moved {share} (ideal 1/11)");
+    }
+
+    #[test]
+    fn consecutive_vids_spread_evenly() {
+        let mut counts = [0u32; 5];
+        for vid in 0..50_000 {
+            counts[primary(vid, 5)] += 1;
+        }
+        for count in counts {
+            assert!((9_000..11_000).contains(&count), "{counts:?}");
+        }
+    }
+
+    #[test]
+    fn replicas_are_the_next_slaves() {
+        for vid in [0, 7, u64::MAX, u64::MAX - 1] {
+            let o = owners(vid, 4, 3);
+            assert_eq!(o, vec![o[0], (o[0] + 1) % 4, (o[0] + 2) % 4]);
+            assert_eq!(owners(vid, 4, 1), vec![o[0]]);
+        }
+        assert_eq!(owners(5, 1, 1), vec![0]);
+    }
+}
