@@ -118,7 +118,8 @@ struct CoordinateResult {
 struct FetchResult {
   union {
     vector @0 :List(Part);
-    notFound @1 :Void;
+    count @1 :UInt64;
+    notFound @2 :Void;
   }
 }
 
@@ -132,13 +133,14 @@ interface Slave {
   # machine of the first node) into `partial`, forwards the rest of the chain
   # to the next machine and returns its answer; answers within `budgetMicros`.
 
-  coordinate @1 (machines :List(Machine), chains :List(List(MachineVecNode)), want :Want,
-                 budgetMicros :UInt64) -> (result :CoordinateResult);
-  # Coordinator: runs one handler chain per term in parallel and ANDs the
-  # term vectors (or only counts the AND); returns every failed machine.
+  coordinate @1 (machines :List(Machine), you :UInt32, chains :List(List(MachineVecNode)),
+                 want :Want, budgetMicros :UInt64) -> (result :CoordinateResult);
+  # Coordinator (`machines[you]`): runs one handler chain per term in
+  # parallel and ANDs the term vectors (or only counts the AND); returns
+  # every failed machine.
 
-  fetch @2 (vid :UInt64) -> (result :FetchResult);
-  # Point query: the vector `vid` as this slave holds it.
+  fetch @2 (vid :UInt64, want :Want) -> (result :FetchResult);
+  # Point query: the vector `vid` as this slave holds it, or its count.
 
   import @3 (vectors :List(VidVector)) -> (outcome :Outcome);
   # Sets the bits of every vector; `ok` once durable on this slave.

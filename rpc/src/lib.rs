@@ -1,5 +1,55 @@
-//! bitfold's query layer.
+//! bitfold's query layer: the master, the slaves (handler and coordinator),
+//! and the client a DBMS links, over Cap'n Proto RPC (`schema/bitfold.capnp`).
+//!
+//! - [`client::Client`]: a blocking client of the master (query, import,
+//!   status), usable from any thread.
+//! - [`cluster::ClusterConfig`]: the cluster file.
+//!
+//! ```no_run
+//! use bitfold_rpc::client::{Answer, Client, Format};
+//!
+//! let client = Client::connect("127.0.0.1:7100")?;
+//! if let Answer::Count(n) = client.query("R:10-19&42", Format::Count)? {
+//!     println!("{n} rows");
+//! }
+//! # Ok::<(), bitfold_rpc::client::Error>(())
+//! ```
 #![deny(missing_docs)]
 
+/// The Rust generated from `schema/bitfold.capnp` by `schema/regen.sh` (do not edit).
+#[rustfmt::skip]
 #[allow(missing_docs, clippy::all, clippy::pedantic, unused)]
 pub mod bitfold_capnp;
+
+mod budget;
+pub mod catalog;
+pub mod client;
+pub mod cluster;
+mod net;
+pub mod placement;
+pub mod query;
+mod wire;
+
+pub use net::MAX_MESSAGE_WORDS;
+
+/// Why a master or slave could not start or stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source} (is another server using that port?)")]
+    Bind {
+        /// The address asked for.
+        addr: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The runtime or a socket failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The cluster configuration is not usable.
+    #[error("invalid cluster configuration: {0}")]
+    Config(String),
+    /// The master's catalog could not be opened or written.
+    #[error(transparent)]
+    Catalog(#[from] catalog::CatalogError),
+}

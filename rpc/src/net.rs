@@ -1,0 +1,238 @@
+//! The one place that owns the runtime, the accept loop and connection
+//! setup, and the per-process pool of connections to slaves.
+//!
+//! capnp-rpc objects are `!Send`, so every process (and every client
+//! facade) runs a current-thread tokio runtime with a `LocalSet`. Every
+//! connection, both ends, sets `TCP_NODELAY` and raises the reader's
+//! traversal limit to [`MAX_MESSAGE_WORDS`]: the default 64 MiB would reject
+//! a large vector and tear down the whole connection.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use capnp::capability::FromClientHook;
+use capnp::message::ReaderOptions;
+use capnp_rpc::rpc_twoparty_capnp::Side;
+use capnp_rpc::{RpcSystem, twoparty};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+use crate::bitfold_capnp::slave;
+
+/// The largest message read, in 8-byte words (1 GiB): a vector with every
+/// bit set is 512 MiB of dense words in parts, plus its keys.
+pub const MAX_MESSAGE_WORDS: usize = 1 << 27;
+
+/// Reader options for every connection, both ends.
+pub(crate) fn reader_options() -> ReaderOptions {
+    let mut options = ReaderOptions::new();
+    options.traversal_limit_in_words(Some(MAX_MESSAGE_WORDS));
+    options
+}
+
+/// Runs `main` to completion on a fresh current-thread runtime, inside a `LocalSet`.
+pub(crate) fn block_on_local<F: Future>(main: F) -> std::io::Result<F::Output> {
+    keep_freed_memory();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    Ok(local.block_on(&runtime, main))
+}
+
+/// Makes glibc keep freed message buffers for reuse instead of returning
+/// them to the kernel, which zero-fills fresh pages on every call: measured
+/// 186 µs → 44 µs per 128 KiB call (FINDINGS). Buffers above 32 MiB (glibc's
+/// ceiling for this threshold) are still mapped fresh; their page zeroing is
+/// small next to the work on that much data.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: mallopt only changes allocator tuning parameters; it is
+            // called once, before this process's runtimes allocate messages.
+            unsafe {
+                libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+                libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
+            }
+        });
+    }
+}
+
+/// Binds `listen` (`HOST:PORT`, port 0 for any free one).
+pub(crate) async fn bind(listen: &str) -> Result<TcpListener, crate::Error> {
+    TcpListener::bind(listen)
+        .await
+        .map_err(|source| crate::Error::Bind {
+            addr: listen.to_owned(),
+            source,
+        })
+}
+
+/// Serves `bootstrap` to every connection accepted on `listener`, forever.
+pub(crate) async fn accept_loop(listener: TcpListener, bootstrap: capnp::capability::Client) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                tracing::debug!(%peer, "accepted a connection");
+                start(stream, bootstrap.clone());
+            }
+            Err(err) => {
+                // Out of file descriptors and the like: wait and go on.
+                tracing::warn!("accept failed: {err}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+fn network(stream: TcpStream, side: Side) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
+    if let Err(err) = stream.set_nodelay(true) {
+        tracing::warn!("cannot set TCP_NODELAY: {err}");
+    }
+    let (reader, writer) = stream.into_split();
+    Box::new(twoparty::VatNetwork::new(
+        futures::io::BufReader::new(reader.compat()),
+        futures::io::BufWriter::new(writer.compat_write()),
+        side,
+        reader_options(),
+    ))
+}
+
+fn spawn_system(system: RpcSystem<Side>) -> JoinHandle<()> {
+    tokio::task::spawn_local(async move {
+        if let Err(err) = system.await {
+            tracing::debug!("connection ended: {err}");
+        }
+    })
+}
+
+/// Serves `bootstrap` on an accepted connection until it ends.
+fn start(stream: TcpStream, bootstrap: capnp::capability::Client) {
+    spawn_system(RpcSystem::new(
+        network(stream, Side::Server),
+        Some(bootstrap),
+    ));
+}
+
+/// A connection to a server and its bootstrap capability; dropping it
+/// closes the connection.
+pub(crate) struct Connection<C> {
+    /// The server's bootstrap capability.
+    pub(crate) client: C,
+    task: JoinHandle<()>,
+}
+
+impl<C> Drop for Connection<C> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Connects to `addr` and bootstraps its capability.
+pub(crate) async fn connect<C: FromClientHook>(addr: &str) -> std::io::Result<Connection<C>> {
+    let stream = TcpStream::connect(addr).await?;
+    let mut system = RpcSystem::new(network(stream, Side::Client), None);
+    let client = system.bootstrap(Side::Server);
+    Ok(Connection {
+        client,
+        task: spawn_system(system),
+    })
+}
+
+/// Open connections to slaves, by address; one per process (per runtime).
+///
+/// A connection is evicted (and closed) when a call on it fails or times
+/// out, so the next call reconnects.
+#[derive(Default)]
+pub(crate) struct Pool {
+    connections: RefCell<HashMap<String, Rc<Connection<slave::Client>>>>,
+}
+
+impl Pool {
+    async fn get(&self, addr: &str) -> std::io::Result<Rc<Connection<slave::Client>>> {
+        if let Some(found) = self.connections.borrow().get(addr) {
+            return Ok(found.clone());
+        }
+        let fresh = Rc::new(connect(addr).await?);
+        // Another call may have connected meanwhile: keep the first.
+        let mut connections = self.connections.borrow_mut();
+        Ok(connections.entry(addr.to_owned()).or_insert(fresh).clone())
+    }
+
+    fn evict(&self, addr: &str, connection: Option<&Rc<Connection<slave::Client>>>) {
+        let mut connections = self.connections.borrow_mut();
+        let same = match (connections.get(addr), connection) {
+            (Some(held), Some(used)) => Rc::ptr_eq(held, used),
+            _ => false,
+        };
+        if same {
+            connections.remove(addr);
+        }
+    }
+
+    /// Calls the slave at `addr` with `call`, giving up after `timeout`
+    /// (connecting included). Any failure evicts the connection and comes
+    /// back as the reason the machine failed.
+    pub(crate) async fn call<T, F, Fut>(
+        &self,
+        addr: &str,
+        timeout: Duration,
+        call: F,
+    ) -> Result<T, String>
+    where
+        F: FnOnce(slave::Client) -> Fut,
+        Fut: Future<Output = capnp::Result<T>>,
+    {
+        let used = Cell::new(None);
+        let attempt = async {
+            let connection = self.get(addr).await.map_err(|e| describe_io(&e))?;
+            used.set(Some(connection.clone()));
+            call(connection.client.clone())
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let result = match tokio::time::timeout(timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(format!("no answer within {}", seconds(timeout))),
+        };
+        if result.is_err() {
+            self.evict(addr, used.take().as_ref());
+        }
+        result
+    }
+}
+
+/// An I/O error for a one-line message: `connection refused`, without the OS error number.
+pub(crate) fn describe_io(err: &std::io::Error) -> String {
+    let text = err.to_string();
+    let text = match text.find(" (os error ") {
+        Some(cut) => &text[..cut],
+        None => &text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => text.to_owned(),
+    }
+}
+
+/// `1.5 s`, `250 ms`: a duration for messages.
+pub(crate) fn seconds(duration: Duration) -> String {
+    if duration >= Duration::from_secs(1) {
+        format!("{:.1} s", duration.as_secs_f64())
+    } else {
+        format!("{} ms", duration.as_millis())
+    }
+}
+
+/// The address a listener is bound to, for `on_ready`.
+pub(crate) fn local_addr(listener: &TcpListener) -> Result<SocketAddr, crate::Error> {
+    listener.local_addr().map_err(crate::Error::Io)
+}
