@@ -18,7 +18,9 @@
 
 pub mod fold;
 pub mod kernels;
+pub mod portable;
 pub mod vector;
+pub mod words;
 
 pub use vector::{
     CONTAINER_BITS, CONTAINER_WORDS, ContainerRef, DenseContainer, MalformedPart, PART_MAX_DENSE,
