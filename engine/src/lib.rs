@@ -19,6 +19,7 @@
 pub mod fold;
 pub mod kernels;
 pub mod portable;
+pub mod store;
 pub mod vector;
 pub mod words;
 
@@ -26,3 +27,5 @@ pub use vector::{
     CONTAINER_BITS, CONTAINER_WORDS, ContainerRef, DenseContainer, MalformedPart, PART_MAX_DENSE,
     PushError, SPARSE_MAX, VectorBuf, VectorPart,
 };
+
+pub use store::{ImportStats, Snapshot, Store, StoreError};
