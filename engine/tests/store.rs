@@ -67,22 +67,15 @@ impl Backend for Memory {
     }
 }
 
-/// A small deterministic generator (splitmix64).
-struct Rng(u64);
+mod common;
+use common::Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
+/// Test vectors.
+trait RandomBits {
+    fn bits(&mut self) -> Vec<u32>;
+}
 
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
+impl RandomBits for Rng {
     /// Bits of one of several shapes: a few scattered, a dense run, both,
     /// or the extremes of the position space.
     fn bits(&mut self) -> Vec<u32> {

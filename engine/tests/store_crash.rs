@@ -15,6 +15,9 @@ use std::time::{Duration, SystemTime};
 
 use bitfold_engine::{Snapshot, Store, VectorBuf, VectorPart};
 
+mod common;
+use common::Rng;
+
 const WRITER_DIR: &str = "BITFOLD_CRASH_WRITER_DIR";
 const FIRST_BATCH: &str = "BITFOLD_CRASH_FIRST_BATCH";
 const SEED: &str = "BITFOLD_CRASH_SEED";
@@ -101,18 +104,6 @@ fn spawn_writer(dir: &Path, first: u64) -> (Writer, mpsc::Receiver<u64>) {
     (Writer(child), received)
 }
 
-/// xorshift64*, seeded from the clock unless `BITFOLD_CRASH_SEED` is set.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
-
 #[test]
 fn kill_9_loses_no_acknowledged_batch() {
     if let Some(dir) = std::env::var_os(WRITER_DIR) {
@@ -120,15 +111,14 @@ fn kill_9_loses_no_acknowledged_batch() {
         write_until_killed(Path::new(&dir), first);
         return;
     }
+    // Kill points differ from run to run; a failing run prints its seed,
+    // and setting it in the environment replays the same kill points.
     let seed = match std::env::var(SEED) {
         Ok(seed) => seed.parse().unwrap(),
-        Err(_) => {
-            SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        }
+        Err(_) => SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
     };
     eprintln!("{SEED}={seed}");
     let mut rng = Rng(seed);
