@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 
 pub mod fold;
+pub mod import;
 pub mod kernels;
 pub mod portable;
 pub mod store;
