@@ -10,7 +10,7 @@
 //! (a `u16` run count, then `(start, length - 1)` pairs). Little-endian.
 //!
 //! [`read`] checks everything and never trusts a declared size before the
-//! input is known to be that long. [`write`] emits no run containers: arrays
+//! input is known to be that long. [`write()`] emits no run containers: arrays
 //! up to 4096 bits, bitmaps above, as the spec requires.
 //!
 //! ```
@@ -332,7 +332,7 @@ fn container_bytes(cardinality: usize) -> usize {
     }
 }
 
-/// Bytes [`write`] produces for the union of `parts`, which must be
+/// Bytes [`write()`] produces for the union of `parts`, which must be
 /// key-disjoint and in ascending key order (as the parts of one vector are).
 ///
 /// # Panics

@@ -159,4 +159,8 @@ fn kill_9_loses_no_acknowledged_batch() {
             "round {round}"
         );
     }
+    eprintln!(
+        "{} acknowledged batches kept through 10 kills; {landed} in flight landed whole",
+        acked.len()
+    );
 }

@@ -56,7 +56,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use rayon::prelude::*;
 
 pub use error::StoreError;
-pub use storage::{Directory, FileBytes, FileWriter, LOCK_NAME, MemoryDirectory, MmapDirectory};
+pub use storage::{Directory, FileBytes, FileWriter, MemoryDirectory, MmapDirectory};
 
 use crate::vector::VectorPart;
 use manifest::{MANIFEST_NAME, Manifest, SegmentRecord};

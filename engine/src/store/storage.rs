@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, File};
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Write};
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -107,7 +107,7 @@ pub trait Directory: Send + Sync + fmt::Debug {
 }
 
 /// The name of the lock file that keeps two processes out of one directory.
-pub const LOCK_NAME: &str = "LOCK";
+const LOCK_NAME: &str = "LOCK";
 
 /// A real directory whose files are read through memory maps.
 ///
@@ -186,22 +186,20 @@ impl Directory for MmapDirectory {
 
     fn read(&self, name: &str) -> Result<FileBytes, StoreError> {
         let path = self.path(name);
-        let mut file = File::open(&path).map_err(|e| StoreError::io("open", &path, e))?;
+        let file = File::open(&path).map_err(|e| StoreError::io("open", &path, e))?;
         let len = file
             .metadata()
             .map_err(|e| StoreError::io("stat", &path, e))?
             .len();
-        if len > 0
-            && let Ok(map) = mmap::map(&file)
-        {
-            return Ok(FileBytes(Arc::new(Backing::Map(map))));
+        if len == 0 {
+            // An empty file cannot be mapped (and holds nothing to map).
+            return Ok(FileBytes::copy_from(&[]));
         }
-        // An empty file cannot be mapped, and a failed map (an odd file
-        // system, an exhausted map count) is no reason to fail: read it.
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|e| StoreError::io("read", &path, e))?;
-        Ok(FileBytes::copy_from(&bytes))
+        // No fallback to reading a file whose map failed: the files are
+        // large, and copying them to the heap would trade a clear error for
+        // an allocation failure.
+        let map = mmap::map(&file).map_err(|e| StoreError::io("memory-map", &path, e))?;
+        Ok(FileBytes(Arc::new(Backing::Map(map))))
     }
 
     fn create(&self, name: &str) -> Result<Box<dyn FileWriter>, StoreError> {
