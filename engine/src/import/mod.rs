@@ -291,9 +291,10 @@ fn parse_decimal(text: &[u8], field: Field) -> Result<u64, Problem> {
         })
 }
 
-/// One input file, with the vid its name gives (roaring).
+/// One input file.
 struct Input {
     path: PathBuf,
+    /// The vid its name gives (roaring; pairs files name none and hold 0).
     vid: u64,
     len: u64,
 }
