@@ -17,10 +17,16 @@
 #![deny(missing_docs)]
 
 pub mod fold;
+pub mod import;
 pub mod kernels;
+pub mod portable;
+pub mod store;
 pub mod vector;
+pub mod words;
 
 pub use vector::{
     CONTAINER_BITS, CONTAINER_WORDS, ContainerRef, DenseContainer, MalformedPart, PART_MAX_DENSE,
     PushError, SPARSE_MAX, VectorBuf, VectorPart,
 };
+
+pub use store::{ImportStats, Snapshot, Store, StoreError};

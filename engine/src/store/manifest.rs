@@ -1,0 +1,80 @@
+//! The manifest: the list of live segment files, replaced atomically.
+//!
+//! ```text
+//! segment count u64 | (segment id u64, file length u64) × count, ascending id | footer
+//! ```
+//!
+//! Replacing it is the commit point of every change to a store: a new
+//! manifest is written under a temporary name, synced and renamed over the
+//! old one, so after a crash the directory holds the old list or the new one,
+//! never a mix. The recorded lengths let opening refuse a segment that was
+//! cut short before even reading it.
+
+use super::StoreError;
+use super::footer::{self, ChecksumWriter, Kind, u64_at};
+use super::storage::Directory;
+
+/// The manifest's file name.
+pub(crate) const MANIFEST_NAME: &str = "MANIFEST";
+
+const MANIFEST: Kind = Kind {
+    magic: *b"BFOLDMAN",
+    version: 1,
+    name: "manifest",
+};
+
+/// One live segment: its id (which gives its file name) and its length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegmentRecord {
+    pub(crate) id: u64,
+    pub(crate) len: u64,
+}
+
+/// The live segments, ascending by id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Manifest {
+    pub(crate) segments: Vec<SegmentRecord>,
+}
+
+impl Manifest {
+    /// Reads and checks the manifest of `dir`.
+    pub(crate) fn read(dir: &dyn Directory) -> Result<Manifest, StoreError> {
+        let path = dir.path(MANIFEST_NAME);
+        let bytes = dir.read(MANIFEST_NAME)?;
+        let body = footer::check(&bytes, &MANIFEST, &path)?;
+        let corrupt = |problem: String| StoreError::corrupt(&path, problem);
+        if body.len() < 8 {
+            return Err(corrupt("it has no segment count".into()));
+        }
+        let count = u64_at(body, 0);
+        if count.checked_mul(16) != Some(body.len() as u64 - 8) {
+            return Err(corrupt(format!(
+                "it declares {count} segments but holds {} bytes of them",
+                body.len() - 8
+            )));
+        }
+        let segments: Vec<SegmentRecord> = body[8..]
+            .chunks_exact(16)
+            .map(|record| SegmentRecord {
+                id: u64_at(record, 0),
+                len: u64_at(record, 8),
+            })
+            .collect();
+        if !segments.windows(2).all(|w| w[0].id < w[1].id) {
+            return Err(corrupt("its segment ids are not strictly ascending".into()));
+        }
+        Ok(Manifest { segments })
+    }
+
+    /// Replaces the manifest of `dir` with this one, durably.
+    pub(crate) fn write(&self, dir: &dyn Directory) -> Result<(), StoreError> {
+        let mut out = ChecksumWriter::new(dir.create(MANIFEST_NAME)?);
+        out.write(&(self.segments.len() as u64).to_le_bytes())?;
+        for record in &self.segments {
+            out.write(&record.id.to_le_bytes())?;
+            out.write(&record.len.to_le_bytes())?;
+        }
+        out.finish(&MANIFEST)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,411 @@
+//! A slave's durable vector store: immutable segment files named by a
+//! manifest, read through memory maps.
+//!
+//! Every import batch becomes one new segment file, written under a temporary
+//! name, synced, renamed into place and the directory synced; then a new
+//! manifest naming it replaces the old one the same way, and only then does
+//! [`Store::import`] return `Ok`. A crash at any instant therefore leaves the
+//! old manifest or the new one, each naming complete files; files the
+//! manifest does not name are leftovers of an interrupted write, removed when
+//! the store is next opened. Opening checks every live file's footer,
+//! checksum and structure and refuses a damaged one with an error naming it.
+//!
+//! A vid may have a part in several segments (an import sets bits; it never
+//! rewrites what is stored): the vector is the union of its parts, which
+//! [`Snapshot::parts`] yields. So that the number of files (and maps) stays
+//! small, segments are merged after an import: segments fall in size tiers a
+//! factor of [`MERGE_FACTOR`] apart (the first tier holding everything below
+//! 8 MiB), and when a tier holds [`MERGE_FACTOR`] segments they are merged
+//! into one. A store of total size `S` then has at most about
+//! `7 × log8(S / 1 MiB)` segments (under 50 for a terabyte), and each byte is
+//! rewritten about once per tier rather than once per import, as merging
+//! everything whenever there are 8 files would do. A merge unions each vid's
+//! parts and streams the result window by window, so even a vector of 2^32
+//! bits (512 MiB dense) is never held twice.
+//!
+//! Readers hold an `Arc<Snapshot>`: a merge swaps in a new snapshot and
+//! deletes the old files, but a running query keeps the maps it has.
+//!
+//! ```
+//! use bitfold_engine::{Store, VectorBuf};
+//!
+//! let store = Store::in_memory();
+//! let a = VectorBuf::from_bits(vec![1, 2, 3]);
+//! let b = VectorBuf::from_bits(vec![3, 4]);
+//! store.import(&[(7, a.as_part())]).unwrap();
+//! store.import(&[(7, b.as_part())]).unwrap();
+//! let snapshot = store.snapshot();
+//! let bits: std::collections::BTreeSet<u32> =
+//!     snapshot.parts(7).flat_map(|p| p.bits().collect::<Vec<_>>()).collect();
+//! assert_eq!(bits.into_iter().collect::<Vec<_>>(), [1, 2, 3, 4]);
+//! ```
+
+mod error;
+mod footer;
+mod manifest;
+mod mmap;
+mod segment;
+mod storage;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+
+use rayon::prelude::*;
+
+pub use error::StoreError;
+pub use storage::{Directory, FileBytes, FileWriter, MemoryDirectory, MmapDirectory};
+
+use crate::vector::VectorPart;
+use manifest::{MANIFEST_NAME, Manifest, SegmentRecord};
+use segment::{Segment, SegmentWriter, parse_segment_name, segment_name};
+
+/// How many segments of one size tier are merged into one, and the size
+/// ratio between tiers.
+pub const MERGE_FACTOR: usize = 8;
+
+/// Segments smaller than `TIER_BASE × MERGE_FACTOR` bytes form the first tier.
+const TIER_BASE: u64 = 1 << 20;
+
+/// What an import wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ImportStats {
+    /// Distinct vids in the batch with at least one bit.
+    pub vectors: u64,
+    /// Bytes of the new segment file (0 if the batch set no bit).
+    pub bytes: u64,
+    /// Segments merged after the import (0 if no tier was full).
+    pub merged_segments: usize,
+}
+
+/// A slave's durable vector store. `Send + Sync`: imports are serialised,
+/// snapshots can be taken from any thread at any time.
+pub struct Store {
+    dir: Arc<dyn Directory>,
+    current: RwLock<Arc<Snapshot>>,
+    /// The id the next segment file gets; held for the whole of a write.
+    next_id: Mutex<u64>,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store").field("dir", &self.dir).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if missing) the store in `dir`, verifying every live
+    /// file; a corrupt or truncated file is refused with an error naming it.
+    /// The directory stays locked against other processes while the store lives.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Store, StoreError> {
+        Store::with_directory(Arc::new(MmapDirectory::open(dir)?))
+    }
+
+    /// The same store held in memory (tests); nothing durable.
+    pub fn in_memory() -> Store {
+        Store::with_directory(Arc::new(MemoryDirectory::new()))
+            .expect("an empty in-memory directory always opens")
+    }
+
+    /// Opens the store held in `dir` (creating an empty one if `dir` holds no
+    /// store files), verifying every live file and removing the leftovers of
+    /// interrupted writes: staged `.tmp` files and segment files the manifest
+    /// does not name. Files of other names are left alone.
+    pub fn with_directory(dir: Arc<dyn Directory>) -> Result<Store, StoreError> {
+        let names = dir.list()?;
+        if !names.iter().any(|name| name == MANIFEST_NAME) {
+            if let Some(segment) = names.iter().find(|name| parse_segment_name(name).is_some()) {
+                return Err(StoreError::Missing {
+                    path: dir.path(MANIFEST_NAME),
+                    reason: format!("the directory holds segment files such as {segment}"),
+                });
+            }
+            Manifest::default().write(&*dir)?;
+        }
+        let manifest = Manifest::read(&*dir)?;
+        let segments = manifest
+            .segments
+            .par_iter()
+            .map(|record| Segment::open(&*dir, record.id, record.len).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        for name in names.iter().filter(|name| is_leftover(name, &manifest)) {
+            dir.delete(name)?;
+        }
+        let next_id = manifest.segments.last().map_or(1, |record| record.id + 1);
+        Ok(Store {
+            dir,
+            current: RwLock::new(Arc::new(Snapshot::new(segments))),
+            next_id: Mutex::new(next_id),
+        })
+    }
+
+    /// Sets the bits of every (vid, vector) (union with what is held); vids
+    /// may repeat; empty vectors create nothing. Durable (fsynced) when it
+    /// returns Ok.
+    ///
+    /// The batch becomes one new segment; a merge of full size tiers may
+    /// follow. If only that merge fails the batch is still durable, and the
+    /// error says so ([`StoreError::Compaction`]).
+    pub fn import(&self, batch: &[(u64, VectorPart<'_>)]) -> Result<ImportStats, StoreError> {
+        let mut next_id = self.next_id.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut order: Vec<usize> = (0..batch.len())
+            .filter(|&i| !batch[i].1.is_empty())
+            .collect();
+        if order.is_empty() {
+            return Ok(ImportStats::default());
+        }
+        order.sort_by_key(|&i| batch[i].0);
+        let id = take_id(&mut next_id);
+        let mut writer = SegmentWriter::create(&*self.dir, id)?;
+        let mut group = Vec::new();
+        for same_vid in order.chunk_by(|&a, &b| batch[a].0 == batch[b].0) {
+            group.clear();
+            group.extend(same_vid.iter().map(|&i| batch[i].1));
+            writer.add(batch[same_vid[0]].0, &group)?;
+        }
+        let vectors = writer.vector_count();
+        let bytes = writer.finish()?;
+        let segment = Arc::new(Segment::open(&*self.dir, id, bytes)?);
+        let mut segments = self.snapshot().segments.clone();
+        segments.push(segment);
+        self.install(segments)?;
+        let merged_segments = self
+            .merge_full_tiers(&mut next_id)
+            .map_err(|e| StoreError::Compaction(Box::new(e)))?;
+        Ok(ImportStats {
+            vectors,
+            bytes,
+            merged_segments,
+        })
+    }
+
+    /// A consistent immutable view, valid while held (maps stay alive).
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Makes `segments` (ascending id) the live set: the manifest first, then
+    /// the snapshot readers see.
+    fn install(&self, segments: Vec<Arc<Segment>>) -> Result<(), StoreError> {
+        let manifest = Manifest {
+            segments: segments
+                .iter()
+                .map(|s| SegmentRecord {
+                    id: s.id(),
+                    len: s.len(),
+                })
+                .collect(),
+        };
+        manifest.write(&*self.dir)?;
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) =
+            Arc::new(Snapshot::new(segments));
+        Ok(())
+    }
+
+    /// Merges the segments of every full size tier; returns how many were merged.
+    fn merge_full_tiers(&self, next_id: &mut u64) -> Result<usize, StoreError> {
+        let mut merged = 0;
+        loop {
+            let snapshot = self.snapshot();
+            let Some(tier) = full_tier(&snapshot.segments) else {
+                return Ok(merged);
+            };
+            let (group, mut keep): (Vec<_>, Vec<_>) = snapshot
+                .segments
+                .iter()
+                .cloned()
+                .partition(|s| tier_of(s.len()) == tier);
+            let id = take_id(next_id);
+            let mut writer = SegmentWriter::create(&*self.dir, id)?;
+            let mut vids = VidMerge::new(&group);
+            let (mut hits, mut parts) = (Vec::new(), Vec::new());
+            while let Some(vid) = vids.next_group(&mut hits) {
+                parts.clear();
+                parts.extend(hits.iter().map(|&(s, i)| group[s].part_at(i)));
+                writer.add(vid, &parts)?;
+            }
+            let len = writer.finish()?;
+            keep.push(Arc::new(Segment::open(&*self.dir, id, len)?));
+            self.install(keep)?;
+            for old in &group {
+                // Snapshots still holding the old segment keep its map. A
+                // failed delete only leaves a file the manifest no longer
+                // names, which the next open removes.
+                let _ = self.dir.delete(&segment_name(old.id()));
+            }
+            merged += group.len();
+        }
+    }
+}
+
+fn take_id(next_id: &mut u64) -> u64 {
+    let id = *next_id;
+    *next_id += 1;
+    id
+}
+
+/// Whether `name` is the leftover of an interrupted write: a staged file, or
+/// a segment the manifest does not name.
+fn is_leftover(name: &str, manifest: &Manifest) -> bool {
+    if let Some(staged) = name.strip_suffix(".tmp") {
+        return staged == MANIFEST_NAME || parse_segment_name(staged).is_some();
+    }
+    parse_segment_name(name).is_some_and(|id| manifest.segments.iter().all(|r| r.id != id))
+}
+
+/// The size tier of a segment of `len` bytes.
+fn tier_of(len: u64) -> u32 {
+    let mut tier = 0;
+    let mut size = len / (TIER_BASE * MERGE_FACTOR as u64);
+    while size > 0 {
+        size /= MERGE_FACTOR as u64;
+        tier += 1;
+    }
+    tier
+}
+
+/// The smallest tier holding at least [`MERGE_FACTOR`] segments.
+fn full_tier(segments: &[Arc<Segment>]) -> Option<u32> {
+    let mut counts = BTreeMap::new();
+    for segment in segments {
+        *counts.entry(tier_of(segment.len())).or_insert(0) += 1;
+    }
+    counts
+        .into_iter()
+        .find(|&(_, count)| count >= MERGE_FACTOR)
+        .map(|(tier, _)| tier)
+}
+
+/// A consistent, immutable view of a store: the segments live when it was
+/// taken. Holding it keeps their maps alive.
+pub struct Snapshot {
+    segments: Vec<Arc<Segment>>,
+    vector_count: OnceLock<u64>,
+}
+
+impl fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("segments", &self.segments)
+            .finish()
+    }
+}
+
+impl Snapshot {
+    fn new(segments: Vec<Arc<Segment>>) -> Snapshot {
+        Snapshot {
+            segments,
+            vector_count: OnceLock::new(),
+        }
+    }
+
+    /// The parts whose union is vector `vid` (none if it does not exist).
+    pub fn parts(&self, vid: u64) -> impl Iterator<Item = VectorPart<'_>> + '_ {
+        self.segments.iter().filter_map(move |s| s.get(vid))
+    }
+
+    /// Whether vector `vid` exists.
+    pub fn contains(&self, vid: u64) -> bool {
+        self.segments.iter().any(|s| s.contains(vid))
+    }
+
+    /// Every vid held, ascending.
+    pub fn vids(&self) -> impl Iterator<Item = u64> + '_ {
+        let mut merge = VidMerge::new(&self.segments);
+        let mut hits = Vec::new();
+        std::iter::from_fn(move || merge.next_group(&mut hits))
+    }
+
+    /// Number of vectors held.
+    pub fn vector_count(&self) -> u64 {
+        *self.vector_count.get_or_init(|| match &self.segments[..] {
+            [only] => only.vector_count() as u64,
+            _ => self.vids().count() as u64,
+        })
+    }
+
+    /// Bytes of the live data files.
+    pub fn byte_size(&self) -> u64 {
+        self.segments.iter().map(|s| s.len()).sum()
+    }
+
+    /// Number of live segment files (each one memory map).
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+}
+
+/// Walks the indexes of several segments together in ascending vid order.
+struct VidMerge<'s> {
+    segments: &'s [Arc<Segment>],
+    /// (vid, segment, entry) of each segment's next entry.
+    heads: BinaryHeap<Reverse<(u64, usize, usize)>>,
+}
+
+impl<'s> VidMerge<'s> {
+    fn new(segments: &'s [Arc<Segment>]) -> Self {
+        let mut merge = VidMerge {
+            segments,
+            heads: BinaryHeap::with_capacity(segments.len()),
+        };
+        for s in 0..segments.len() {
+            merge.push(s, 0);
+        }
+        merge
+    }
+
+    fn push(&mut self, segment: usize, entry: usize) {
+        if entry < self.segments[segment].vector_count() {
+            let vid = self.segments[segment].vid_at(entry);
+            self.heads.push(Reverse((vid, segment, entry)));
+        }
+    }
+
+    /// The next vid; `hits` receives the (segment, entry) pairs holding it.
+    fn next_group(&mut self, hits: &mut Vec<(usize, usize)>) -> Option<u64> {
+        let Reverse((vid, _, _)) = *self.heads.peek()?;
+        hits.clear();
+        while let Some(&Reverse((next, segment, entry))) = self.heads.peek() {
+            if next != vid {
+                break;
+            }
+            self.heads.pop();
+            hits.push((segment, entry));
+            self.push(segment, entry + 1);
+        }
+        Some(vid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiers_are_a_merge_factor_apart() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(tier_of(0), 0);
+        assert_eq!(tier_of(8 * MIB - 1), 0);
+        assert_eq!(tier_of(8 * MIB), 1);
+        assert_eq!(tier_of(64 * MIB - 1), 1);
+        assert_eq!(tier_of(64 * MIB), 2);
+        assert_eq!(tier_of(1 << 40), 6);
+    }
+
+    #[test]
+    fn only_files_of_interrupted_writes_are_leftovers() {
+        let manifest = Manifest {
+            segments: vec![SegmentRecord { id: 3, len: 100 }],
+        };
+        assert!(!is_leftover(MANIFEST_NAME, &manifest));
+        assert!(!is_leftover(&segment_name(3), &manifest));
+        assert!(is_leftover(&segment_name(4), &manifest));
+        assert!(is_leftover(&format!("{}.tmp", segment_name(3)), &manifest));
+        assert!(is_leftover("MANIFEST.tmp", &manifest));
+        for other in ["LOCK", "notes.txt", "seg-3.bfseg", "x.tmp"] {
+            assert!(!is_leftover(other, &manifest), "{other}");
+        }
+    }
+}

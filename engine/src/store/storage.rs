@@ -1,0 +1,341 @@
+//! Where a store's files live: the [`Directory`] contract, with a
+//! memory-mapped implementation over a real directory and an in-memory one
+//! that runs the same store code in tests.
+//!
+//! The contract is small because the store only ever needs four things: list
+//! the files, read a whole file as bytes that stay valid while held, write a
+//! new file that appears atomically (or not at all) under its name, and delete
+//! a file. Files are never modified in place.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Write};
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use memmap2::Mmap;
+
+use super::StoreError;
+use super::mmap;
+
+/// The bytes of a whole file, valid while held even if the file is deleted or
+/// replaced meanwhile. Cloning is cheap (shared). The start is 64-byte
+/// aligned (page-aligned when mapped), so words the file aligns are aligned
+/// in memory too.
+#[derive(Clone)]
+pub struct FileBytes(Arc<Backing>);
+
+enum Backing {
+    Map(Mmap),
+    /// The bytes are `len` bytes from word `start` of `words`, which is
+    /// never resized, so the alignment found for `start` holds.
+    Heap {
+        words: Vec<u64>,
+        start: usize,
+        len: usize,
+    },
+}
+
+/// The alignment [`FileBytes`] guarantees.
+const ALIGN: usize = 64;
+
+impl FileBytes {
+    /// Copies `bytes` into 64-byte-aligned memory.
+    pub fn copy_from(bytes: &[u8]) -> FileBytes {
+        let spare = ALIGN / 8 - 1;
+        let mut words = vec![0u64; bytes.len().div_ceil(8) + spare];
+        let misalignment = words.as_ptr() as usize % ALIGN;
+        let start = (ALIGN - misalignment) % ALIGN / 8;
+        let target = bytemuck::cast_slice_mut::<u64, u8>(&mut words[start..]);
+        target[..bytes.len()].copy_from_slice(bytes);
+        FileBytes(Arc::new(Backing::Heap {
+            words,
+            start,
+            len: bytes.len(),
+        }))
+    }
+}
+
+impl Deref for FileBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match &*self.0 {
+            Backing::Map(map) => map,
+            Backing::Heap { words, start, len } => &bytemuck::cast_slice(&words[*start..])[..*len],
+        }
+    }
+}
+
+impl fmt::Debug for FileBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FileBytes({} bytes)", self.len())
+    }
+}
+
+/// A file being written. Nothing is visible under its name until
+/// [`FileWriter::commit`]; dropping an uncommitted writer discards it.
+pub trait FileWriter: Send {
+    /// Appends `bytes`.
+    fn write_all(&mut self, bytes: &[u8]) -> Result<(), StoreError>;
+
+    /// Makes the file durable and visible under its name, atomically
+    /// replacing any file of that name: after a crash at any instant, the name
+    /// holds either the old file or all of the new one.
+    fn commit(self: Box<Self>) -> Result<(), StoreError>;
+}
+
+/// The files of one store.
+pub trait Directory: Send + Sync + fmt::Debug {
+    /// Where file `name` lives, for messages.
+    fn path(&self, name: &str) -> PathBuf;
+
+    /// The names of the files held, in no particular order. An implementation
+    /// that stages writes in files shows an uncommitted `name` as `name.tmp`.
+    fn list(&self) -> Result<Vec<String>, StoreError>;
+
+    /// The whole content of file `name`.
+    fn read(&self, name: &str) -> Result<FileBytes, StoreError>;
+
+    /// Starts writing file `name` (see [`FileWriter`]).
+    fn create(&self, name: &str) -> Result<Box<dyn FileWriter>, StoreError>;
+
+    /// Removes file `name`; bytes already read from it stay valid.
+    fn delete(&self, name: &str) -> Result<(), StoreError>;
+}
+
+/// The name of the lock file that keeps two processes out of one directory.
+const LOCK_NAME: &str = "LOCK";
+
+/// A real directory whose files are read through memory maps.
+///
+/// Holds an exclusive lock on its `LOCK` file while it lives, so two
+/// processes cannot run a store on the same directory.
+pub struct MmapDirectory {
+    root: PathBuf,
+    _lock: File,
+}
+
+impl fmt::Debug for MmapDirectory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MmapDirectory")
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+impl MmapDirectory {
+    /// Opens `root` (creating it if missing) and locks it.
+    pub fn open(root: impl AsRef<Path>) -> Result<MmapDirectory, StoreError> {
+        let root = root.as_ref().to_path_buf();
+        if !root.is_dir() {
+            fs::create_dir_all(&root).map_err(|e| StoreError::io("create", &root, e))?;
+            // The new directory's own entry must survive a crash too.
+            match root.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent)?,
+                _ => sync_dir(Path::new("."))?,
+            }
+        }
+        let lock_path = root.join(LOCK_NAME);
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| StoreError::io("create", &lock_path, e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(StoreError::Locked {
+                    dir: root,
+                    lock: lock_path,
+                });
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(StoreError::io("lock", lock_path, e)),
+        }
+        Ok(MmapDirectory { root, _lock: lock })
+    }
+}
+
+/// Makes the renames and creations in directory `root` durable.
+fn sync_dir(root: &Path) -> Result<(), StoreError> {
+    File::open(root)
+        .and_then(|dir| dir.sync_all())
+        .map_err(|e| StoreError::io("sync", root, e))
+}
+
+impl Directory for MmapDirectory {
+    fn path(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    fn list(&self) -> Result<Vec<String>, StoreError> {
+        let entries =
+            fs::read_dir(&self.root).map_err(|e| StoreError::io("list", &self.root, e))?;
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| StoreError::io("list", &self.root, e))?;
+            if let Ok(name) = entry.file_name().into_string() {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+
+    fn read(&self, name: &str) -> Result<FileBytes, StoreError> {
+        let path = self.path(name);
+        let file = File::open(&path).map_err(|e| StoreError::io("open", &path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| StoreError::io("stat", &path, e))?
+            .len();
+        if len == 0 {
+            // An empty file cannot be mapped (and holds nothing to map).
+            return Ok(FileBytes::copy_from(&[]));
+        }
+        // No fallback to reading a file whose map failed: the files are
+        // large, and copying them to the heap would trade a clear error for
+        // an allocation failure.
+        let map = mmap::map(&file).map_err(|e| StoreError::io("memory-map", &path, e))?;
+        Ok(FileBytes(Arc::new(Backing::Map(map))))
+    }
+
+    fn create(&self, name: &str) -> Result<Box<dyn FileWriter>, StoreError> {
+        let temp = self.path(&format!("{name}.tmp"));
+        let file = File::create(&temp).map_err(|e| StoreError::io("create", &temp, e))?;
+        Ok(Box::new(StagedFile {
+            root: self.root.clone(),
+            target: self.path(name),
+            temp,
+            file: Some(BufWriter::with_capacity(1 << 20, file)),
+        }))
+    }
+
+    fn delete(&self, name: &str) -> Result<(), StoreError> {
+        let path = self.path(name);
+        // Not synced: a deletion lost in a crash leaves a file the manifest
+        // does not name, which the store removes when it next opens.
+        fs::remove_file(&path).map_err(|e| StoreError::io("delete", &path, e))
+    }
+}
+
+/// A file written under a temporary name, renamed into place on commit.
+struct StagedFile {
+    root: PathBuf,
+    target: PathBuf,
+    temp: PathBuf,
+    file: Option<BufWriter<File>>,
+}
+
+impl FileWriter for StagedFile {
+    fn write_all(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        let file = self.file.as_mut().expect("only commit takes the file");
+        file.write_all(bytes)
+            .map_err(|e| StoreError::io("write", &self.temp, e))
+    }
+
+    fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
+        let file = self.file.take().expect("commit runs once");
+        let file = file
+            .into_inner()
+            .map_err(|e| StoreError::io("write", &self.temp, e.into_error()))?;
+        file.sync_all()
+            .map_err(|e| StoreError::io("sync", &self.temp, e))?;
+        drop(file);
+        fs::rename(&self.temp, &self.target)
+            .map_err(|e| StoreError::io("rename into place", &self.target, e))?;
+        sync_dir(&self.root)
+    }
+}
+
+impl Drop for StagedFile {
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            // Never committed: the staged bytes are garbage. If removing them
+            // fails, the store removes the leftover when it next opens.
+            let _ = fs::remove_file(&self.temp);
+        }
+    }
+}
+
+/// Files held in memory: the store's code without durability, for tests and
+/// for [`super::Store::in_memory`].
+#[derive(Debug, Default)]
+pub struct MemoryDirectory {
+    files: Arc<Mutex<MemoryFiles>>,
+}
+
+type MemoryFiles = HashMap<String, FileBytes>;
+
+fn lock(files: &Mutex<MemoryFiles>) -> std::sync::MutexGuard<'_, MemoryFiles> {
+    files.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl MemoryDirectory {
+    /// An empty directory.
+    pub fn new() -> MemoryDirectory {
+        MemoryDirectory::default()
+    }
+
+    fn files(&self) -> std::sync::MutexGuard<'_, MemoryFiles> {
+        lock(&self.files)
+    }
+}
+
+impl Directory for MemoryDirectory {
+    fn path(&self, name: &str) -> PathBuf {
+        Path::new("<memory>").join(name)
+    }
+
+    fn list(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self.files().keys().cloned().collect())
+    }
+
+    fn read(&self, name: &str) -> Result<FileBytes, StoreError> {
+        self.files()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| StoreError::io("open", self.path(name), io::ErrorKind::NotFound.into()))
+    }
+
+    fn create(&self, name: &str) -> Result<Box<dyn FileWriter>, StoreError> {
+        Ok(Box::new(MemoryFile {
+            files: Arc::clone(&self.files),
+            name: name.to_owned(),
+            bytes: Vec::new(),
+        }))
+    }
+
+    fn delete(&self, name: &str) -> Result<(), StoreError> {
+        match self.files().remove(name) {
+            Some(_) => Ok(()),
+            None => Err(StoreError::io(
+                "delete",
+                self.path(name),
+                io::ErrorKind::NotFound.into(),
+            )),
+        }
+    }
+}
+
+/// A file of a [`MemoryDirectory`] being written.
+struct MemoryFile {
+    files: Arc<Mutex<MemoryFiles>>,
+    name: String,
+    bytes: Vec<u8>,
+}
+
+impl FileWriter for MemoryFile {
+    fn write_all(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        self.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn commit(self: Box<Self>) -> Result<(), StoreError> {
+        let bytes = FileBytes::copy_from(&self.bytes);
+        lock(&self.files).insert(self.name, bytes);
+        Ok(())
+    }
+}

@@ -1,0 +1,465 @@
+//! The store's behaviour, run against a real directory and against the
+//! in-memory one: round trips against a `BTreeSet` oracle, unions across
+//! imports, reopening, merging, snapshots, and damaged files.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use bitfold_engine::store::{Directory, MERGE_FACTOR, MemoryDirectory};
+use bitfold_engine::{ImportStats, Snapshot, Store, StoreError, VectorBuf, VectorPart};
+
+/// Where a test's store lives; the same test bodies run on both.
+trait Backend {
+    fn open(&self) -> Result<Store, StoreError>;
+    fn files(&self) -> Vec<String>;
+    fn read(&self, name: &str) -> Vec<u8>;
+    fn write(&self, name: &str, bytes: &[u8]);
+    fn remove(&self, name: &str);
+}
+
+struct Disk(tempfile::TempDir);
+
+impl Backend for Disk {
+    fn open(&self) -> Result<Store, StoreError> {
+        Store::open(self.0.path())
+    }
+    fn files(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.0.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+    fn read(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.0.path().join(name)).unwrap()
+    }
+    fn write(&self, name: &str, bytes: &[u8]) {
+        std::fs::write(self.0.path().join(name), bytes).unwrap()
+    }
+    fn remove(&self, name: &str) {
+        std::fs::remove_file(self.0.path().join(name)).unwrap()
+    }
+}
+
+struct Memory(Arc<MemoryDirectory>);
+
+impl Backend for Memory {
+    fn open(&self) -> Result<Store, StoreError> {
+        Store::with_directory(self.0.clone())
+    }
+    fn files(&self) -> Vec<String> {
+        let mut names = self.0.list().unwrap();
+        names.sort();
+        names
+    }
+    fn read(&self, name: &str) -> Vec<u8> {
+        self.0.read(name).unwrap().to_vec()
+    }
+    fn write(&self, name: &str, bytes: &[u8]) {
+        let mut file = self.0.create(name).unwrap();
+        file.write_all(bytes).unwrap();
+        file.commit().unwrap();
+    }
+    fn remove(&self, name: &str) {
+        self.0.delete(name).unwrap()
+    }
+}
+
+mod common;
+use common::Rng;
+
+/// Test vectors.
+trait RandomBits {
+    fn bits(&mut self) -> Vec<u32>;
+}
+
+impl RandomBits for Rng {
+    /// Bits of one of several shapes: a few scattered, a dense run, both,
+    /// or the extremes of the position space.
+    fn bits(&mut self) -> Vec<u32> {
+        let mut bits = Vec::new();
+        match self.below(4) {
+            0 => bits.extend((0..1 + self.below(40)).map(|_| self.next() as u32)),
+            1 => {
+                let start = self.below(1 << 22) as u32;
+                let len = 1 + self.below(150_000) as u32;
+                bits.extend((start..start + len).step_by(1 + self.below(3) as usize));
+            }
+            2 => {
+                let key = self.below(64) as u32;
+                bits.extend((0..600).map(|i| (key << 16) | (i * 97 % 65536)));
+                bits.extend((0..5).map(|_| self.next() as u32));
+            }
+            _ => bits.extend([0, u32::MAX, 65535, 65536]),
+        }
+        bits
+    }
+}
+
+type Oracle = BTreeMap<u64, BTreeSet<u32>>;
+
+fn bits_of(snapshot: &Snapshot, vid: u64) -> BTreeSet<u32> {
+    snapshot
+        .parts(vid)
+        .flat_map(|p| p.bits().collect::<Vec<_>>())
+        .collect()
+}
+
+fn assert_holds(store: &Store, oracle: &Oracle) {
+    let snapshot = store.snapshot();
+    assert_eq!(
+        snapshot.vids().collect::<Vec<_>>(),
+        oracle.keys().copied().collect::<Vec<_>>()
+    );
+    assert_eq!(snapshot.vector_count(), oracle.len() as u64);
+    for (&vid, bits) in oracle {
+        assert!(snapshot.contains(vid));
+        assert_eq!(&bits_of(&snapshot, vid), bits, "vector {vid}");
+    }
+}
+
+/// Imports a random batch (vids drawn from `vids`, repeats likely) and
+/// records it in the oracle.
+fn import_random(store: &Store, oracle: &mut Oracle, rng: &mut Rng, vids: u64) -> ImportStats {
+    let batch: Vec<(u64, VectorBuf)> = (0..1 + rng.below(12))
+        .map(|_| (rng.below(vids), VectorBuf::from_bits(rng.bits())))
+        .collect();
+    let parts: Vec<(u64, VectorPart<'_>)> = batch.iter().map(|(v, b)| (*v, b.as_part())).collect();
+    let stats = store.import(&parts).unwrap();
+    let distinct: BTreeSet<u64> = batch.iter().map(|(v, _)| *v).collect();
+    assert_eq!(stats.vectors, distinct.len() as u64);
+    for (vid, buf) in &batch {
+        oracle.entry(*vid).or_default().extend(buf.as_part().bits());
+    }
+    stats
+}
+
+fn round_trip_matches_the_oracle(backend: &dyn Backend) {
+    let store = backend.open().unwrap();
+    let mut oracle = Oracle::new();
+    let mut rng = Rng(1);
+    for _ in 0..6 {
+        import_random(&store, &mut oracle, &mut rng, 10);
+        assert_holds(&store, &oracle);
+    }
+    // The extremes of the vid space.
+    let v = VectorBuf::from_bits(vec![7]);
+    store
+        .import(&[(u64::MAX, v.as_part()), (0, v.as_part())])
+        .unwrap();
+    oracle.entry(u64::MAX).or_default().insert(7);
+    oracle.entry(0).or_default().insert(7);
+    assert_holds(&store, &oracle);
+}
+
+fn repeats_in_and_across_batches_are_unions(backend: &dyn Backend) {
+    let store = backend.open().unwrap();
+    let a = VectorBuf::from_bits((0..5000).collect());
+    let b = VectorBuf::from_bits(vec![3, 70_000, u32::MAX]);
+    let c = VectorBuf::from_bits((4000..9000).step_by(2).collect());
+    store
+        .import(&[(5, a.as_part()), (9, b.as_part()), (5, b.as_part())])
+        .unwrap();
+    store.import(&[(5, c.as_part())]).unwrap();
+    let expected: BTreeSet<u32> = (0..5000)
+        .chain((4000..9000).step_by(2))
+        .chain([70_000, u32::MAX])
+        .collect();
+    let snapshot = store.snapshot();
+    assert_eq!(bits_of(&snapshot, 5), expected);
+    assert_eq!(snapshot.parts(5).count(), 2);
+    assert_eq!(bits_of(&snapshot, 9), BTreeSet::from([3, 70_000, u32::MAX]));
+    // Importing the same thing again changes nothing a reader sees.
+    store.import(&[(5, c.as_part())]).unwrap();
+    assert_eq!(bits_of(&store.snapshot(), 5), expected);
+}
+
+fn empty_vectors_create_nothing(backend: &dyn Backend) {
+    let store = backend.open().unwrap();
+    let mut zero = VectorBuf::new();
+    zero.push_dense(4, &[0; 1024]).unwrap();
+    let stats = store
+        .import(&[(1, VectorBuf::new().as_part()), (2, zero.as_part())])
+        .unwrap();
+    assert_eq!(stats.vectors, 0);
+    assert_eq!(stats.bytes, 0);
+    let snapshot = store.snapshot();
+    assert_eq!(snapshot.vector_count(), 0);
+    assert!(!snapshot.contains(1) && !snapshot.contains(2));
+    assert_eq!(snapshot.parts(2).count(), 0);
+    assert_eq!(snapshot.segment_count(), 0);
+}
+
+fn reopening_finds_everything(backend: &dyn Backend) {
+    let mut oracle = Oracle::new();
+    let mut rng = Rng(2);
+    for _ in 0..3 {
+        let store = backend.open().unwrap();
+        assert_holds(&store, &oracle);
+        for _ in 0..3 {
+            import_random(&store, &mut oracle, &mut rng, 20);
+        }
+    }
+    assert_holds(&backend.open().unwrap(), &oracle);
+}
+
+fn merging_keeps_every_bit_and_bounds_the_file_count(backend: &dyn Backend) {
+    let store = backend.open().unwrap();
+    let mut oracle = Oracle::new();
+    let mut rng = Rng(3);
+    let mut merged = 0;
+    for i in 0..3 * MERGE_FACTOR {
+        merged += import_random(&store, &mut oracle, &mut rng, 30).merged_segments;
+        assert!(
+            store.snapshot().segment_count() < MERGE_FACTOR,
+            "import {i}"
+        );
+    }
+    assert_eq!(merged, 3 * MERGE_FACTOR, "every import was merged once");
+    assert_holds(&store, &oracle);
+    let segments = backend
+        .files()
+        .into_iter()
+        .filter(|n| n.ends_with(".bfseg"))
+        .count();
+    assert_eq!(segments, store.snapshot().segment_count());
+    drop(store);
+    assert_holds(&backend.open().unwrap(), &oracle);
+}
+
+fn a_snapshot_outlives_the_files_merged_away(backend: &dyn Backend) {
+    let store = backend.open().unwrap();
+    let mut oracle = Oracle::new();
+    let mut rng = Rng(4);
+    for _ in 0..3 {
+        import_random(&store, &mut oracle, &mut rng, 8);
+    }
+    let old = store.snapshot();
+    let old_oracle = oracle.clone();
+    let mut merged = 0;
+    for _ in 0..MERGE_FACTOR {
+        let v = VectorBuf::from_bits(rng.bits());
+        merged += store.import(&[(3, v.as_part())]).unwrap().merged_segments;
+        oracle.entry(3).or_default().extend(v.as_part().bits());
+    }
+    assert!(merged >= MERGE_FACTOR, "the imports merged segments");
+    for (&vid, bits) in &old_oracle {
+        assert_eq!(&bits_of(&old, vid), bits, "old snapshot, vector {vid}");
+    }
+    assert_holds(&store, &oracle);
+}
+
+fn large_vectors_stream_through_merges(backend: &dyn Backend) {
+    let store = backend.open().unwrap();
+    // 300 dense containers each; overlapping, so the merge really unions words.
+    let a = VectorBuf::from_bits((0..300u32 << 16).step_by(3).collect());
+    let b = VectorBuf::from_bits((100u32 << 16..400u32 << 16).step_by(5).collect());
+    store.import(&[(1, a.as_part())]).unwrap();
+    for i in 1..MERGE_FACTOR {
+        let part = if i % 2 == 0 { a.as_part() } else { b.as_part() };
+        store.import(&[(1, part)]).unwrap();
+    }
+    let snapshot = store.snapshot();
+    assert_eq!(snapshot.parts(1).count(), 1, "merged into one part");
+    let expected: BTreeSet<u32> = (0..300u32 << 16)
+        .step_by(3)
+        .chain((100u32 << 16..400u32 << 16).step_by(5))
+        .collect();
+    assert_eq!(bits_of(&snapshot, 1), expected);
+    let part = snapshot.parts(1).next().unwrap();
+    assert_eq!(part.dense_keys().len(), 400);
+    assert_eq!(part.dense_words().as_ptr() as usize % 64, 0);
+}
+
+fn store_files(backend: &dyn Backend) -> (String, String) {
+    let store = backend.open().unwrap();
+    let v = VectorBuf::from_bits((0..3000).chain([1 << 30]).collect());
+    store.import(&[(42, v.as_part())]).unwrap();
+    drop(store);
+    let files = backend.files();
+    let segment = files.iter().find(|n| n.ends_with(".bfseg")).unwrap();
+    (segment.clone(), "MANIFEST".to_owned())
+}
+
+fn assert_refused(backend: &dyn Backend, name: &str, what: &str) {
+    let err = backend.open().expect_err("a damaged store was opened");
+    let message = err.to_string();
+    assert!(message.contains(name), "{message:?} does not name {name}");
+    assert!(message.contains(what), "{message:?} does not say {what:?}");
+    assert!(
+        message.contains("restore"),
+        "{message:?} does not say what to do"
+    );
+}
+
+fn a_flipped_byte_is_refused(backend: &dyn Backend) {
+    let (segment, manifest) = store_files(backend);
+    for name in [&segment, &manifest] {
+        let original = backend.read(name);
+        // Anywhere before the 32-byte footer.
+        for at in [0, (original.len() - 32) / 2, original.len() - 33] {
+            let mut bytes = original.clone();
+            bytes[at] ^= 0x10;
+            backend.write(name, &bytes);
+            assert_refused(backend, name, "checksum mismatch");
+        }
+        backend.write(name, &original);
+        assert!(backend.open().is_ok());
+    }
+}
+
+fn a_truncated_file_is_refused(backend: &dyn Backend) {
+    let (segment, manifest) = store_files(backend);
+    for name in [&segment, &manifest] {
+        let original = backend.read(name);
+        for len in [0, 1, original.len() / 2, original.len() - 1] {
+            backend.write(name, &original[..len]);
+            assert_refused(backend, name, "truncated");
+        }
+        backend.write(name, &original);
+    }
+    assert!(backend.open().is_ok());
+}
+
+fn missing_files_are_named(backend: &dyn Backend) {
+    let (segment, manifest) = store_files(backend);
+    let bytes = backend.read(&segment);
+    backend.remove(&segment);
+    assert_refused(backend, &segment, "missing");
+    backend.write(&segment, &bytes);
+    backend.remove(&manifest);
+    assert_refused(backend, &manifest, "missing");
+}
+
+fn leftovers_of_interrupted_writes_are_removed(backend: &dyn Backend) {
+    let (segment, _) = store_files(backend);
+    let bytes = backend.read(&segment);
+    let stray = "seg-00000000000000ff.bfseg";
+    backend.write(stray, &bytes);
+    backend.write("seg-0000000000000100.bfseg.tmp", b"half");
+    backend.write("MANIFEST.tmp", b"half");
+    backend.write("notes.txt", b"the user's own file");
+    let store = backend.open().unwrap();
+    let files = backend.files();
+    assert!(
+        !files.iter().any(|n| n == stray || n.ends_with(".tmp")),
+        "{files:?}"
+    );
+    assert!(files.iter().any(|n| n == "notes.txt"));
+    assert!(files.contains(&segment));
+    assert_eq!(store.snapshot().vids().collect::<Vec<_>>(), [42]);
+}
+
+fn byte_size_counts_the_live_files(backend: &dyn Backend) {
+    let store = backend.open().unwrap();
+    let mut rng = Rng(5);
+    let mut oracle = Oracle::new();
+    for _ in 0..3 {
+        import_random(&store, &mut oracle, &mut rng, 5);
+    }
+    let on_disk: u64 = backend
+        .files()
+        .iter()
+        .filter(|n| n.ends_with(".bfseg"))
+        .map(|n| backend.read(n).len() as u64)
+        .sum();
+    assert_eq!(store.snapshot().byte_size(), on_disk);
+}
+
+macro_rules! on_both_backends {
+    ($($test:ident),* $(,)?) => {
+        mod disk {
+            $(#[test] fn $test() { super::$test(&super::Disk(tempfile::tempdir().unwrap())) })*
+        }
+        mod memory {
+            $(#[test] fn $test() { super::$test(&super::Memory(Default::default())) })*
+        }
+    };
+}
+
+on_both_backends!(
+    round_trip_matches_the_oracle,
+    repeats_in_and_across_batches_are_unions,
+    empty_vectors_create_nothing,
+    reopening_finds_everything,
+    merging_keeps_every_bit_and_bounds_the_file_count,
+    a_snapshot_outlives_the_files_merged_away,
+    large_vectors_stream_through_merges,
+    a_flipped_byte_is_refused,
+    a_truncated_file_is_refused,
+    missing_files_are_named,
+    leftovers_of_interrupted_writes_are_removed,
+    byte_size_counts_the_live_files,
+);
+
+#[test]
+fn a_directory_is_used_by_one_process_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let err = Store::open(dir.path()).expect_err("opened twice");
+    assert!(matches!(err, StoreError::Locked { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("in use by another bitfold process")
+    );
+    drop(store);
+    assert!(Store::open(dir.path()).is_ok());
+}
+
+#[test]
+fn readers_see_whole_imports_in_order() {
+    let store = Arc::new(Store::in_memory());
+    let writer = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || {
+            for batch in 0..40u64 {
+                let marker = VectorBuf::from_bits(vec![batch as u32]);
+                let shared = VectorBuf::from_bits(vec![1000 + batch as u32]);
+                store
+                    .import(&[(batch, marker.as_part()), (u64::MAX, shared.as_part())])
+                    .unwrap();
+            }
+        })
+    };
+    loop {
+        let snapshot = store.snapshot();
+        let markers: Vec<u64> = snapshot.vids().filter(|&v| v != u64::MAX).collect();
+        // Batches become visible whole and in order: markers 0..k, and the
+        // shared vector holds exactly those batches' bits.
+        let k = markers.len() as u64;
+        assert_eq!(markers, (0..k).collect::<Vec<_>>());
+        let shared: Vec<u32> = bits_of(&snapshot, u64::MAX).into_iter().collect();
+        assert_eq!(shared, (1000..1000 + k as u32).collect::<Vec<_>>());
+        if k == 40 {
+            break;
+        }
+    }
+    writer.join().unwrap();
+}
+
+/// A store written by format version 1 (one `Store::import` per vector of
+/// `version_1_vectors`, in order), committed so that later versions of
+/// bitfold are checked to still read it.
+#[test]
+fn a_version_1_store_still_opens() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-v1");
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&fixture).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_holds(&store, &version_1_vectors());
+    assert_eq!(store.snapshot().segment_count(), 4);
+}
+
+fn version_1_vectors() -> Oracle {
+    let mut oracle = Oracle::new();
+    oracle.insert(0, BTreeSet::from([0, 1, u32::MAX]));
+    oracle.insert(7, (0..2000).map(|i| i * 3).collect());
+    oracle.insert(u64::MAX, (5 << 16..6 << 16).step_by(2).collect());
+    oracle.insert(7 + (1 << 40), (0..300).map(|i| i * 65536 + 11).collect());
+    oracle
+}

@@ -1,0 +1,166 @@
+//! `kill -9` in the middle of imports loses no acknowledged batch.
+//!
+//! The test spawns its own binary as a writer process (selected by an
+//! environment variable) that imports numbered batches and prints each
+//! number once `import` has returned `Ok`. The parent kills it with SIGKILL
+//! at a random moment (during a write, a merge, or opening), reopens the
+//! store and checks that every acknowledged batch is there, whole, and that
+//! batches are never half applied.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, SystemTime};
+
+use bitfold_engine::{Snapshot, Store, VectorBuf, VectorPart};
+
+mod common;
+use common::Rng;
+
+const WRITER_DIR: &str = "BITFOLD_CRASH_WRITER_DIR";
+const FIRST_BATCH: &str = "BITFOLD_CRASH_FIRST_BATCH";
+const SEED: &str = "BITFOLD_CRASH_SEED";
+const TEST_NAME: &str = "kill_9_loses_no_acknowledged_batch";
+
+/// Each batch has its own marker vector, so its presence is visible.
+const MARKER: u64 = 1 << 40;
+/// A vector every batch adds a dense container to.
+const DENSE: u64 = 77;
+
+/// The vectors of batch `n`: its marker, 20 bits of its own in a vector it
+/// shares with other batches, and a dense container in another shared one.
+fn batch(n: u64) -> Vec<(u64, VectorBuf)> {
+    let own = (n as u32) * 64;
+    let key = (n % 64) as u32;
+    vec![
+        (MARKER + n, VectorBuf::from_bits(vec![n as u32])),
+        (n % 5, VectorBuf::from_bits((own..own + 20).collect())),
+        (
+            DENSE,
+            VectorBuf::from_bits((key << 16..(key << 16) + 1000).collect()),
+        ),
+    ]
+}
+
+/// Whether batch `n` is in the snapshot; panics if it is there in part.
+fn applied(snapshot: &Snapshot, n: u64) -> bool {
+    let has = |vid: u64, bit: u32| snapshot.parts(vid).any(|p| p.contains(bit));
+    let marker = snapshot.contains(MARKER + n);
+    for (vid, vector) in batch(n).into_iter().skip(1) {
+        for bit in vector.as_part().bits() {
+            // The dense container is shared with other batches: it proves
+            // nothing when the batch is absent.
+            if vid != DENSE || marker {
+                assert_eq!(has(vid, bit), marker, "batch {n} is half applied");
+            }
+        }
+    }
+    marker
+}
+
+/// The writer process: imports batches from `first` on until killed.
+fn write_until_killed(dir: &Path, first: u64) {
+    let store = Store::open(dir).unwrap();
+    for n in first.. {
+        let vectors = batch(n);
+        let parts: Vec<(u64, VectorPart<'_>)> =
+            vectors.iter().map(|(vid, v)| (*vid, v.as_part())).collect();
+        store.import(&parts).unwrap();
+        println!("acked {n}");
+    }
+}
+
+/// Kills the writer if the test fails before it does.
+struct Writer(Child);
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_writer(dir: &Path, first: u64) -> (Writer, mpsc::Receiver<u64>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .env(WRITER_DIR, dir)
+        .env(FIRST_BATCH, first.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (acks, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            // The harness may print "test ... " on the line before the first.
+            if let Some((_, n)) = line.split_once("acked ") {
+                let _ = acks.send(n.parse().unwrap());
+            }
+        }
+    });
+    (Writer(child), received)
+}
+
+#[test]
+fn kill_9_loses_no_acknowledged_batch() {
+    if let Some(dir) = std::env::var_os(WRITER_DIR) {
+        let first = std::env::var(FIRST_BATCH).unwrap().parse().unwrap();
+        write_until_killed(Path::new(&dir), first);
+        return;
+    }
+    // Kill points differ from run to run; a failing run prints its seed,
+    // and setting it in the environment replays the same kill points.
+    let seed = match std::env::var(SEED) {
+        Ok(seed) => seed.parse().unwrap(),
+        Err(_) => SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    };
+    eprintln!("{SEED}={seed}");
+    let mut rng = Rng(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let mut acked = Vec::new();
+    let mut landed = 0;
+    for round in 0..10u64 {
+        let first = round * 1000;
+        let (mut writer, acks) = spawn_writer(dir.path(), first);
+        for _ in 0..rng.below(13) {
+            let n = acks
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the writer acknowledges batches");
+            acked.push(n);
+        }
+        std::thread::sleep(Duration::from_micros(rng.below(3000)));
+        writer.0.kill().unwrap();
+        writer.0.wait().unwrap();
+        // Acknowledgements printed before the kill count too.
+        acked.extend(acks.iter());
+
+        let store = Store::open(dir.path()).unwrap();
+        let snapshot = store.snapshot();
+        for &n in &acked {
+            assert!(applied(&snapshot, n), "acknowledged batch {n} was lost");
+        }
+        // Of the batches not acknowledged, only the one in flight may have landed.
+        let in_flight = acked.last().map_or(first, |&n| (n + 1).max(first));
+        for n in first..first + 1000 {
+            if !acked.contains(&n) && applied(&snapshot, n) {
+                assert_eq!(n, in_flight, "batch {n} landed but was never written");
+                landed += 1;
+            }
+        }
+        assert_eq!(
+            snapshot.vids().filter(|&v| v >= MARKER).count(),
+            acked.len() + landed,
+            "round {round}"
+        );
+    }
+    eprintln!(
+        "{} acknowledged batches kept through 10 kills; {landed} in flight landed whole",
+        acked.len()
+    );
+}
