@@ -3,6 +3,11 @@
 //!
 //! - [`client::Client`]: a blocking client of the master (query, import,
 //!   status), usable from any thread.
+//! - [`master::run`]: serves the DBMS interface; parses ([`query`]), plans
+//!   over its durable [`catalog`] with [`placement`], picks a coordinator,
+//!   retries around failed machines.
+//! - [`slave::run`]: serves a store's vectors to handler chains and
+//!   coordinates queries.
 //! - [`cluster::ClusterConfig`]: the cluster file.
 //!
 //! ```no_run
@@ -25,9 +30,11 @@ mod budget;
 pub mod catalog;
 pub mod client;
 pub mod cluster;
+pub mod master;
 mod net;
 pub mod placement;
 pub mod query;
+pub mod slave;
 mod wire;
 
 pub use net::MAX_MESSAGE_WORDS;
@@ -52,4 +59,7 @@ pub enum Error {
     /// The master's catalog could not be opened or written.
     #[error(transparent)]
     Catalog(#[from] catalog::CatalogError),
+    /// The slave's store could not be opened.
+    #[error(transparent)]
+    Store(#[from] bitfold_engine::store::StoreError),
 }

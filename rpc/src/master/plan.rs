@@ -1,0 +1,233 @@
+//! Query planning: terms to chains.
+//!
+//! For each term the master lists the existing vids in it (from the
+//! catalog: a term costs its existing vids, never its width), picks one live
+//! owner per vid and sorts the `(machine, vid)` pairs by machine: one chain
+//! per term. A term with no existing vid makes the whole answer empty.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::catalog::Catalog;
+use crate::placement;
+use crate::query::Term;
+
+/// How the master picks a query's coordinator among the live slaves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CoordinatorPolicy {
+    /// Each live slave in turn (the default).
+    #[default]
+    RoundRobin,
+    /// A live slave at random.
+    Random,
+    /// The live slave that holds the most of the query's vectors, so the
+    /// fewest vectors cross the network to it.
+    Bandwidth,
+}
+
+impl FromStr for CoordinatorPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "round-robin" => Ok(CoordinatorPolicy::RoundRobin),
+            "random" => Ok(CoordinatorPolicy::Random),
+            "bandwidth" => Ok(CoordinatorPolicy::Bandwidth),
+            other => Err(format!(
+                "unknown coordinator policy {other:?}: use round-robin, random or bandwidth"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for CoordinatorPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CoordinatorPolicy::RoundRobin => "round-robin",
+            CoordinatorPolicy::Random => "random",
+            CoordinatorPolicy::Bandwidth => "bandwidth",
+        })
+    }
+}
+
+/// One chain: `(machine, vid)` pairs sorted by machine (then vid).
+pub(crate) type Chain = Vec<(u32, u64)>;
+
+/// What a range query needs.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// Some term holds no existing vector: the answer is the empty vector.
+    Empty,
+    /// One chain per term.
+    Chains(Vec<Chain>),
+    /// Some vectors have no live owner: how many, and their down owners.
+    NoOwner { vectors: usize, down: Vec<usize> },
+}
+
+/// Plans `terms` over `catalog` for `slaves` slaves with `replicas` copies;
+/// `up(i)` says whether slave `i` is live.
+pub(crate) fn plan(
+    terms: &[Term],
+    catalog: &Catalog,
+    slaves: usize,
+    replicas: usize,
+    up: impl Fn(usize) -> bool,
+) -> Plan {
+    if terms
+        .iter()
+        .any(|t| catalog.range(t.first, t.last).next().is_none())
+    {
+        return Plan::Empty;
+    }
+    let mut chains = Vec::with_capacity(terms.len());
+    let mut orphans = 0;
+    let mut down = Vec::new();
+    for term in terms {
+        let mut chain = Chain::new();
+        for vid in catalog.range(term.first, term.last) {
+            let owners = placement::owners(vid, slaves, replicas);
+            match owners.iter().find(|&&o| up(o)) {
+                Some(&owner) => chain.push((owner as u32, vid)),
+                None => {
+                    orphans += 1;
+                    down.extend(owners);
+                }
+            }
+        }
+        chain.sort_unstable();
+        chains.push(chain);
+    }
+    if orphans > 0 {
+        down.sort_unstable();
+        down.dedup();
+        return Plan::NoOwner {
+            vectors: orphans,
+            down,
+        };
+    }
+    Plan::Chains(chains)
+}
+
+/// The coordinator for `chains` among the live slaves, or `None` if no
+/// slave is live. `turn` counts round-robin turns.
+pub(crate) fn coordinator(
+    policy: CoordinatorPolicy,
+    chains: &[Chain],
+    live: &[usize],
+    turn: usize,
+) -> Option<usize> {
+    if live.is_empty() {
+        return None;
+    }
+    Some(match policy {
+        CoordinatorPolicy::RoundRobin => live[turn % live.len()],
+        CoordinatorPolicy::Random => live[rand::random_range(0..live.len())],
+        CoordinatorPolicy::Bandwidth => {
+            let mut held = std::collections::HashMap::new();
+            for &(machine, _) in chains.iter().flatten() {
+                *held.entry(machine as usize).or_insert(0usize) += 1;
+            }
+            // Most vectors held; the lower index on a tie.
+            *live
+                .iter()
+                .max_by_key(|&&slave| {
+                    (
+                        held.get(&slave).copied().unwrap_or(0),
+                        std::cmp::Reverse(slave),
+                    )
+                })
+                .expect("live is not empty")
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn catalog(vids: &[u64]) -> (tempfile::TempDir, Catalog) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut catalog = Catalog::open(dir.path()).unwrap();
+        catalog.insert(vids.iter().copied()).unwrap();
+        (dir, catalog)
+    }
+
+    fn term(first: u64, last: u64) -> Term {
+        Term { first, last }
+    }
+
+    #[test]
+    fn chains_list_existing_vids_sorted_by_machine() {
+        let vids: Vec<u64> = (0..40).chain([u64::MAX]).collect();
+        let (_dir, catalog) = catalog(&vids);
+        let Plan::Chains(chains) = plan(&[term(0, u64::MAX), term(5, 9)], &catalog, 4, 1, |_| true)
+        else {
+            panic!("a plan with chains")
+        };
+        assert_eq!(chains[0].len(), 41);
+        assert_eq!(chains[1].len(), 5);
+        for chain in &chains {
+            assert!(chain.windows(2).all(|w| w[0] <= w[1]));
+            for &(machine, vid) in chain {
+                assert_eq!(machine as usize, placement::primary(vid, 4));
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_term_empties_the_answer() {
+        let (_dir, catalog) = catalog(&[1, 2, 3]);
+        assert_eq!(
+            plan(&[term(1, 3), term(4, 100)], &catalog, 2, 1, |_| false),
+            Plan::Empty
+        );
+    }
+
+    #[test]
+    fn down_owners_are_replaced_by_replicas_or_reported() {
+        let vids: Vec<u64> = (0..30).collect();
+        let (_dir, catalog) = catalog(&vids);
+        let Plan::Chains(chains) = plan(&[term(0, 29)], &catalog, 3, 2, |s| s != 1) else {
+            panic!("replicas cover one down slave")
+        };
+        assert!(chains[0].iter().all(|&(m, _)| m != 1));
+        assert_eq!(chains[0].len(), 30);
+        match plan(&[term(0, 29)], &catalog, 3, 1, |s| s != 1) {
+            Plan::NoOwner { vectors, down } => {
+                let on_1 = vids
+                    .iter()
+                    .filter(|&&v| placement::primary(v, 3) == 1)
+                    .count();
+                assert_eq!((vectors, down), (on_1, vec![1]));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn coordinator_policies() {
+        let chains = vec![vec![(2, 1), (2, 2), (3, 3)], vec![(0, 4), (2, 5)]];
+        let live = [0, 2, 3];
+        assert_eq!(
+            coordinator(CoordinatorPolicy::Bandwidth, &chains, &live, 0),
+            Some(2)
+        );
+        assert_eq!(
+            coordinator(CoordinatorPolicy::Bandwidth, &chains, &[0, 3], 0),
+            Some(0)
+        );
+        let turns: Vec<_> = (0..4)
+            .map(|t| coordinator(CoordinatorPolicy::RoundRobin, &chains, &live, t))
+            .collect();
+        assert_eq!(turns, vec![Some(0), Some(2), Some(3), Some(0)]);
+        let random = coordinator(CoordinatorPolicy::Random, &chains, &live, 0).unwrap();
+        assert!(live.contains(&random));
+        assert_eq!(
+            coordinator(CoordinatorPolicy::Random, &chains, &[], 0),
+            None
+        );
+        assert_eq!("bandwidth".parse(), Ok(CoordinatorPolicy::Bandwidth));
+        assert!("fastest".parse::<CoordinatorPolicy>().is_err());
+        assert_eq!(CoordinatorPolicy::RoundRobin.to_string(), "round-robin");
+    }
+}

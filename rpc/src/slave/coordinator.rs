@@ -1,0 +1,138 @@
+//! The coordinator: runs one handler chain per term, concurrently, and
+//! ANDs the term vectors (the seed's `query` and `handler_call`).
+//!
+//! A chain that starts on the coordinator itself runs its handler locally,
+//! without an RPC to itself. Every failed machine any chain reports is
+//! collected and returned, and then nothing else: never a partial answer.
+//! The term vectors are read in place from the replies; the intersection is
+//! filled straight into this reply, or only counted when the master wants a
+//! count.
+
+use std::time::Instant;
+
+use bitfold_engine::VectorPart;
+use bitfold_engine::fold::{IntersectionPlan, intersection_count};
+use capnp::capability::Response;
+use capnp::message::{Builder, HeapAllocator};
+
+use crate::bitfold_capnp::{Want, query_return_value, slave};
+use crate::budget::Budget;
+use crate::wire::{self, PartList, WirePart};
+
+use super::Slave;
+use super::handler::{self, FailedMachine, Machines, Nodes, Step};
+
+/// How one term's chain ended.
+enum TermVector {
+    /// The chain held no vid: the empty vector.
+    Empty,
+    /// The chain ended on this machine: the vector in a message of ours.
+    Local(Builder<HeapAllocator>),
+    /// Another machine answered (a vector or a failed machine).
+    Remote(Response<slave::handle_results::Owned>),
+    /// A machine failed.
+    Failed(FailedMachine),
+}
+
+impl TermVector {
+    /// The term's parts, read in place; or the machine that failed.
+    fn parts(&self) -> capnp::Result<Result<Vec<WirePart<'_>>, FailedMachine>> {
+        match self {
+            TermVector::Empty => Ok(Ok(Vec::new())),
+            TermVector::Local(message) => {
+                let list: PartList<'_> = message.get_root_as_reader()?;
+                Ok(Ok(wire::read_parts(list)?))
+            }
+            TermVector::Remote(response) => match response.get()?.get_result()?.which()? {
+                query_return_value::Vector(list) => Ok(Ok(wire::read_parts(list?)?)),
+                query_return_value::FailedMachine(failed) => Ok(Err(FailedMachine::read(failed?)?)),
+            },
+            TermVector::Failed(failed) => Ok(Err(failed.clone())),
+        }
+    }
+}
+
+/// Runs one term's chain: locally when it starts here, else by RPC.
+async fn run_term(
+    slave: &Slave,
+    machines: Machines<'_>,
+    you: u32,
+    nodes: Nodes<'_>,
+    budget: Budget,
+) -> capnp::Result<TermVector> {
+    if nodes.is_empty() {
+        return Ok(TermVector::Empty);
+    }
+    let first = nodes.get(0).get_machine();
+    if first == you {
+        let mut local = Builder::new_default();
+        let step = handler::run_chain(slave, machines, nodes, &[], budget, &mut local).await?;
+        return Ok(match step {
+            Step::Ended => TermVector::Local(local),
+            Step::Forwarded(response) => TermVector::Remote(response),
+            Step::Failed(failed) => TermVector::Failed(failed),
+        });
+    }
+    let answer = handler::forward(slave, machines, nodes, 0, budget, |_| {}).await?;
+    Ok(match answer {
+        Ok(response) => TermVector::Remote(response),
+        Err(failed) => TermVector::Failed(failed),
+    })
+}
+
+/// `Slave.coordinate`.
+pub(crate) async fn coordinate(
+    slave: std::rc::Rc<Slave>,
+    params: slave::CoordinateParams,
+    mut results: slave::CoordinateResults,
+) -> capnp::Result<()> {
+    let arrived = Instant::now();
+    let params = params.get()?;
+    let budget = slave.budget(arrived, params.get_budget_micros());
+    let machines = params.get_machines()?;
+    let you = params.get_you();
+    let want = params.get_want()?;
+    let chains = params.get_chains()?;
+    let mut runs = Vec::with_capacity(chains.len() as usize);
+    for nodes in chains.iter() {
+        runs.push(run_term(&slave, machines, you, nodes?, budget));
+    }
+    let outcomes: Vec<TermVector> = futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .collect::<capnp::Result<_>>()?;
+
+    let mut wire_terms = Vec::with_capacity(outcomes.len());
+    let mut failures: Vec<FailedMachine> = Vec::new();
+    for outcome in &outcomes {
+        match outcome.parts()? {
+            Ok(parts) => wire_terms.push(parts),
+            Err(failed) => {
+                if !failures.iter().any(|f| f.name == failed.name) {
+                    failures.push(failed);
+                }
+            }
+        }
+    }
+    let result = results.get().init_result();
+    if !failures.is_empty() {
+        let mut list = result.init_failed_machines(failures.len() as u32);
+        for (i, failed) in failures.iter().enumerate() {
+            failed.write(list.reborrow().get(i as u32));
+        }
+        return Ok(());
+    }
+    let views: Vec<Vec<VectorPart<'_>>> = wire_terms
+        .iter()
+        .map(|parts| wire::views(parts))
+        .collect::<capnp::Result<_>>()?;
+    let terms = wire::terms(&views)?;
+    if want == Want::Count {
+        let mut result = result;
+        result.set_count(intersection_count(&terms));
+        return Ok(());
+    }
+    let plan = IntersectionPlan::new(&terms);
+    wire::write_intersection(result.init_vector(plan.parts().len() as u32), &plan, &terms);
+    Ok(())
+}

@@ -1,0 +1,238 @@
+//! The handler: one hop of a term's chain (the seed's `handle_query_rpc`).
+//!
+//! The chain is a list of `MachineVecNode`s sorted by machine; the receiver
+//! is the machine of the first node. It ORs the vectors of its leading run
+//! of nodes (every part the snapshot holds for them, read from the mmap) and
+//! the incoming partial result (read in place from the request) with a
+//! planned union, filled straight into the `partial` field of the request
+//! to the next machine, or into its own reply when the chain ends here. The
+//! next machine's reply is returned up as it is: the term's vector, or the
+//! machine that failed further down.
+
+use std::time::Instant;
+
+use bitfold_engine::VectorPart;
+use bitfold_engine::fold::UnionPlan;
+use capnp::capability::{Promise, Response};
+
+use crate::bitfold_capnp::{machine, machine_vec_node, part, query_return_value, slave};
+use crate::budget::{Budget, micros};
+use crate::wire;
+
+use super::Slave;
+
+/// A chain's nodes.
+pub(crate) type Nodes<'a> = capnp::struct_list::Reader<'a, machine_vec_node::Owned>;
+/// A chain's machine table.
+pub(crate) type Machines<'a> = capnp::struct_list::Reader<'a, machine::Owned>;
+
+/// A machine that failed, and why (the seed's `failed_machine`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FailedMachine {
+    pub(crate) name: String,
+    pub(crate) addr: String,
+    pub(crate) reason: String,
+}
+
+impl FailedMachine {
+    /// Entry `index` of the machine table, failed for `reason`.
+    pub(crate) fn at(machines: Machines<'_>, index: u32, reason: String) -> capnp::Result<Self> {
+        if index >= machines.len() {
+            return Err(wire::failed(format!(
+                "a chain names machine {index} of a table of {}",
+                machines.len()
+            )));
+        }
+        let machine = machines.get(index);
+        Ok(FailedMachine {
+            name: machine.get_name()?.to_string()?,
+            addr: machine.get_addr()?.to_string()?,
+            reason,
+        })
+    }
+
+    /// Reads one from the wire.
+    pub(crate) fn read(
+        reader: crate::bitfold_capnp::failed_machine::Reader<'_>,
+    ) -> capnp::Result<Self> {
+        Ok(FailedMachine {
+            name: reader.get_name()?.to_string()?,
+            addr: reader.get_addr()?.to_string()?,
+            reason: reader.get_reason()?.to_string()?,
+        })
+    }
+
+    /// Writes it to the wire.
+    pub(crate) fn write(&self, mut builder: crate::bitfold_capnp::failed_machine::Builder<'_>) {
+        builder.set_name(self.name.as_str());
+        builder.set_addr(self.addr.as_str());
+        builder.set_reason(self.reason.as_str());
+    }
+}
+
+/// How a chain went from this machine on.
+pub(crate) enum Step {
+    /// The chain ended here; the term's vector is in the end list.
+    Ended,
+    /// The rest of the chain answered this (a vector or a failed machine).
+    Forwarded(Response<slave::handle_results::Owned>),
+    /// This machine or the next one failed.
+    Failed(FailedMachine),
+}
+
+/// Where a chain that ends on this machine writes its vector.
+pub(crate) trait EndTarget {
+    /// A list of `parts` parts to write the vector into.
+    fn init_vector(&mut self, parts: u32) -> capnp::struct_list::Builder<'_, part::Owned>;
+}
+
+impl EndTarget for slave::HandleResults {
+    fn init_vector(&mut self, parts: u32) -> capnp::struct_list::Builder<'_, part::Owned> {
+        self.get().init_result().init_vector(parts)
+    }
+}
+
+impl EndTarget for capnp::message::Builder<capnp::message::HeapAllocator> {
+    fn init_vector(&mut self, parts: u32) -> capnp::struct_list::Builder<'_, part::Owned> {
+        self.initn_root(parts)
+    }
+}
+
+/// The number of runs of equal machines in `nodes` (hops the chain makes).
+pub(crate) fn runs<'a>(nodes: impl Iterator<Item = machine_vec_node::Reader<'a>>) -> usize {
+    let mut count = 0;
+    let mut last = None;
+    for node in nodes {
+        let machine = node.get_machine();
+        if last != Some(machine) {
+            count += 1;
+            last = Some(machine);
+        }
+    }
+    count
+}
+
+/// Runs the chain `nodes` from this machine (the first node's) on, with the
+/// incoming `partial` result. When the chain ends here, the vector is
+/// written into `end`.
+pub(crate) async fn run_chain(
+    slave: &Slave,
+    machines: Machines<'_>,
+    nodes: Nodes<'_>,
+    partial: &[VectorPart<'_>],
+    budget: Budget,
+    end: &mut impl EndTarget,
+) -> capnp::Result<Step> {
+    if nodes.is_empty() {
+        return Err(wire::failed("a handler was sent an empty chain"));
+    }
+    let here = nodes.get(0).get_machine();
+    let run = nodes.iter().take_while(|n| n.get_machine() == here).count() as u32;
+    let snapshot = slave.store.snapshot();
+    let mut inputs: Vec<VectorPart<'_>> = partial.to_vec();
+    for node in nodes.iter().take(run as usize) {
+        let vid = node.get_vid();
+        let before = inputs.len();
+        inputs.extend(snapshot.parts(vid));
+        if inputs.len() == before {
+            let reason = format!("it does not hold vector {vid}, which the catalog lists");
+            return Ok(Step::Failed(FailedMachine::at(machines, here, reason)?));
+        }
+    }
+    let plan = UnionPlan::new(&inputs);
+    if run == nodes.len() {
+        wire::write_union(end.init_vector(plan.parts().len() as u32), &plan, &inputs);
+        return Ok(Step::Ended);
+    }
+    let answer = forward(slave, machines, nodes, run, budget, |mut params| {
+        let list = params.reborrow().init_partial(plan.parts().len() as u32);
+        wire::write_union(list, &plan, &inputs)
+    })
+    .await?;
+    Ok(match answer {
+        Ok(response) => Step::Forwarded(response),
+        Err(failed) => Step::Failed(failed),
+    })
+}
+
+/// Calls `Slave.handle` on the machine of `nodes[from]` with the rest of the
+/// chain from there and the partial result `write_partial` writes into the
+/// request; a
+/// machine that cannot be reached or does not answer in time is reported
+/// as failed.
+pub(crate) async fn forward(
+    slave: &Slave,
+    machines: Machines<'_>,
+    nodes: Nodes<'_>,
+    from: u32,
+    budget: Budget,
+    write_partial: impl FnOnce(slave::handle_params::Builder<'_>),
+) -> capnp::Result<Result<Response<slave::handle_results::Owned>, FailedMachine>> {
+    let next = nodes.get(from).get_machine();
+    let fail = |reason: String| Ok(Err(FailedMachine::at(machines, next, reason)?));
+    let rest = nodes.len() - from;
+    let levels_below = runs(nodes.iter().skip(from as usize)) - 1;
+    let Some(time) = budget.call(levels_below) else {
+        return fail("the query ran out of time before reaching it".into());
+    };
+    let addr = FailedMachine::at(machines, next, String::new())?.addr;
+    let forwarded = slave
+        .pool
+        .call(&addr, time.wait, |client| {
+            let mut request = client.handle_request();
+            let built = (|| -> capnp::Result<()> {
+                let mut params = request.get();
+                params.set_machines(machines)?;
+                let mut chain = params.reborrow().init_chain(rest);
+                for (i, node) in nodes.iter().skip(from as usize).enumerate() {
+                    let mut copy = chain.reborrow().get(i as u32);
+                    copy.set_machine(node.get_machine());
+                    copy.set_vid(node.get_vid());
+                }
+                params.set_budget_micros(micros(time.grant));
+                write_partial(params);
+                Ok(())
+            })();
+            match built {
+                Ok(()) => Promise::from_future(request.send().promise),
+                Err(err) => Promise::err(err),
+            }
+        })
+        .await;
+    match forwarded {
+        Ok(response) => Ok(Ok(response)),
+        Err(reason) => fail(reason),
+    }
+}
+
+/// `Slave.handle`.
+pub(crate) async fn handle(
+    slave: std::rc::Rc<Slave>,
+    params: slave::HandleParams,
+    mut results: slave::HandleResults,
+) -> capnp::Result<()> {
+    let arrived = Instant::now();
+    let params = params.get()?;
+    let budget = slave.budget(arrived, params.get_budget_micros());
+    let wire_parts = wire::read_parts(params.get_partial()?)?;
+    let partial = wire::views(&wire_parts)?;
+    let step = run_chain(
+        &slave,
+        params.get_machines()?,
+        params.get_chain()?,
+        &partial,
+        budget,
+        &mut results,
+    )
+    .await?;
+    match step {
+        Step::Ended => {}
+        Step::Forwarded(response) => {
+            // The one copy of the return path: the next machine's reply into ours.
+            let answer: query_return_value::Reader<'_> = response.get()?.get_result()?;
+            results.get().set_result(answer)?;
+        }
+        Step::Failed(failed) => failed.write(results.get().init_result().init_failed_machine()),
+    }
+    Ok(())
+}

@@ -1,0 +1,228 @@
+//! The slave: serves its store's vectors to handler chains, coordinates
+//! queries, answers point fetches, imports, health and catalog calls.
+//!
+//! - [`handler`]: ORs its run of a chain into the partial result, straight
+//!   into the request to the next machine (or into its reply at the end).
+//! - [`coordinator`]: runs one chain per term concurrently and ANDs (or
+//!   counts) the term vectors into its reply.
+
+pub(crate) mod coordinator;
+pub(crate) mod handler;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bitfold_engine::VectorPart;
+use bitfold_engine::fold::UnionPlan;
+use bitfold_engine::store::Store;
+
+use crate::bitfold_capnp::{Want, slave};
+use crate::budget::{self, Budget};
+use crate::net::{self, Pool};
+use crate::wire;
+
+/// How a slave serves.
+#[derive(Debug, Clone)]
+pub struct SlaveOptions {
+    /// Where to listen, `HOST:PORT` (port 0 picks a free one).
+    pub listen: String,
+    /// The store's directory (created if missing).
+    pub data_dir: PathBuf,
+    /// The longest budget a call may ask for; longer ones are cut to it, so
+    /// a bogus budget cannot make a handler wait forever (default 60 s).
+    pub max_budget: Duration,
+}
+
+impl SlaveOptions {
+    /// Options with the defaults for everything but the address and directory.
+    pub fn new(listen: impl Into<String>, data_dir: impl Into<PathBuf>) -> SlaveOptions {
+        SlaveOptions {
+            listen: listen.into(),
+            data_dir: data_dir.into(),
+            max_budget: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Serves until the process is killed; calls `on_ready` with the bound
+/// address once it accepts connections (`listen` may say port 0).
+pub fn run(options: SlaveOptions, on_ready: impl FnOnce(SocketAddr)) -> Result<(), crate::Error> {
+    run_until(options, on_ready, std::future::pending())
+}
+
+/// Like [`run`], but stops serving (closing every connection) when `stop` completes.
+pub fn run_until(
+    options: SlaveOptions,
+    on_ready: impl FnOnce(SocketAddr),
+    stop: impl Future<Output = ()>,
+) -> Result<(), crate::Error> {
+    let store = Store::open(&options.data_dir)?;
+    serve_store(Arc::new(store), &options, on_ready, stop)
+}
+
+/// Serves `store` (for instance [`Store::in_memory`]) at `options.listen`
+/// until `stop` completes; `options.data_dir` is not used.
+pub fn serve_store(
+    store: Arc<Store>,
+    options: &SlaveOptions,
+    on_ready: impl FnOnce(SocketAddr),
+    stop: impl Future<Output = ()>,
+) -> Result<(), crate::Error> {
+    net::block_on_local(async move {
+        let listener = net::bind(&options.listen).await?;
+        let addr = net::local_addr(&listener)?;
+        let slave = Slave {
+            store,
+            pool: Pool::default(),
+            max_budget: options.max_budget,
+        };
+        let client: slave::Client = capnp_rpc::new_client(slave);
+        on_ready(addr);
+        tokio::select! {
+            () = net::accept_loop(listener, client.client) => {}
+            () = stop => {}
+        }
+        Ok(())
+    })?
+}
+
+/// A slave's state, shared by every connection.
+pub(crate) struct Slave {
+    pub(crate) store: Arc<Store>,
+    pub(crate) pool: Pool,
+    pub(crate) max_budget: Duration,
+}
+
+impl slave::Server for Slave {
+    fn handle(
+        self: capnp::capability::Rc<Self>,
+        params: slave::HandleParams,
+        results: slave::HandleResults,
+    ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        handler::handle(self, params, results)
+    }
+
+    fn coordinate(
+        self: capnp::capability::Rc<Self>,
+        params: slave::CoordinateParams,
+        results: slave::CoordinateResults,
+    ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        coordinator::coordinate(self, params, results)
+    }
+
+    fn fetch(
+        self: capnp::capability::Rc<Self>,
+        params: slave::FetchParams,
+        mut results: slave::FetchResults,
+    ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        let answer = (|| -> capnp::Result<()> {
+            let params = params.get()?;
+            let snapshot = self.store.snapshot();
+            let parts: Vec<VectorPart<'_>> = snapshot.parts(params.get_vid()).collect();
+            let result = results.get().init_result();
+            if parts.is_empty() {
+                let mut result = result;
+                result.set_not_found(());
+                return Ok(());
+            }
+            let plan = UnionPlan::new(&parts);
+            if params.get_want()? == Want::Count {
+                let mut result = result;
+                result.set_count(count_union(&plan, &parts));
+                return Ok(());
+            }
+            wire::write_union(result.init_vector(plan.parts().len() as u32), &plan, &parts);
+            Ok(())
+        })();
+        std::future::ready(answer)
+    }
+
+    fn import(
+        self: capnp::capability::Rc<Self>,
+        params: slave::ImportParams,
+        mut results: slave::ImportResults,
+    ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        let answer = (|| -> capnp::Result<()> {
+            let vectors = params.get()?.get_vectors()?;
+            let mut wire_parts = Vec::new();
+            for vector in vectors.iter() {
+                let vid = vector.get_vid();
+                for part in wire::read_parts(vector.get_parts()?)? {
+                    wire_parts.push((vid, part));
+                }
+            }
+            let mut batch = Vec::with_capacity(wire_parts.len());
+            for (vid, part) in &wire_parts {
+                batch.push((*vid, part.view().map_err(wire::failed)?));
+            }
+            let outcome = results.get().init_outcome();
+            match self.store.import(&batch) {
+                Ok(_) => {
+                    let mut outcome = outcome;
+                    outcome.set_ok(());
+                }
+                Err(err) => {
+                    let mut error = outcome.init_error();
+                    error.set_kind(crate::bitfold_capnp::ErrorKind::Internal);
+                    error.set_message(format!("the slave could not store the vectors: {err}"));
+                }
+            }
+            Ok(())
+        })();
+        std::future::ready(answer)
+    }
+
+    fn health(
+        self: capnp::capability::Rc<Self>,
+        _: slave::HealthParams,
+        mut results: slave::HealthResults,
+    ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        let snapshot = self.store.snapshot();
+        let mut answer = results.get();
+        answer.set_vectors(snapshot.vector_count());
+        answer.set_bytes(snapshot.byte_size());
+        std::future::ready(Ok(()))
+    }
+
+    fn catalog(
+        self: capnp::capability::Rc<Self>,
+        _: slave::CatalogParams,
+        mut results: slave::CatalogResults,
+    ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        let snapshot = self.store.snapshot();
+        let vids: Vec<u64> = snapshot.vids().collect();
+        let answer = u32::try_from(vids.len() * 8)
+            .map_err(|_| wire::failed("too many vids for one catalog message"))
+            .map(|len| {
+                let out = results.get().init_vids(len);
+                out.copy_from_slice(bytemuck::cast_slice(&vids));
+            });
+        std::future::ready(answer)
+    }
+}
+
+impl Slave {
+    /// The budget of a call that arrived at `arrived` asking for `micros`,
+    /// cut to [`SlaveOptions::max_budget`].
+    pub(crate) fn budget(&self, arrived: std::time::Instant, micros: u64) -> Budget {
+        Budget::from_micros(arrived, micros.min(budget::micros(self.max_budget)))
+    }
+}
+
+/// The number of bits in the union `plan` was made from, without keeping it.
+fn count_union(plan: &UnionPlan, inputs: &[VectorPart<'_>]) -> u64 {
+    let mut words = Vec::new();
+    plan.parts()
+        .iter()
+        .enumerate()
+        .map(|(i, planned)| {
+            words.clear();
+            words.resize(planned.dense_word_count(), 0);
+            plan.fill(i, inputs, &mut words);
+            planned.with_words(&words).cardinality()
+        })
+        .sum()
+}
