@@ -1,0 +1,377 @@
+//! Failures against real process deaths: every answer exact, or the error
+//! the scenario allows; never a wrong answer. Each scenario prints a line of
+//! its tally (run with `--nocapture` to see them).
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bitfold_rpc::client::{Answer, Client, Error, ErrorKind, Format};
+use bitfold_rpc::placement;
+
+use crate::util::{Cluster, Oracle, Rng, stderr};
+
+/// Master flags that keep the scenarios short: a hung slave is given up on after 1 s.
+const QUICK: &[&str] = &[
+    "--rpc-timeout",
+    "1s",
+    "--query-timeout",
+    "10s",
+    "--attempts",
+    "4",
+];
+/// The most any query may take with [`QUICK`]: its query timeout plus slack for a busy machine.
+const BOUND: Duration = Duration::from_secs(20);
+
+/// What a stream of queries saw.
+#[derive(Debug, Default)]
+struct Tally {
+    run: usize,
+    exact: usize,
+    errors: Vec<String>,
+    wrong: Vec<String>,
+    longest: Duration,
+}
+
+impl Tally {
+    fn merge(&mut self, other: Tally) {
+        self.run += other.run;
+        self.exact += other.exact;
+        self.errors.extend(other.errors);
+        self.wrong.extend(other.wrong);
+        self.longest = self.longest.max(other.longest);
+    }
+
+    fn print(&self, scenario: &str) {
+        println!(
+            "scenario | {scenario} | run {} | exact {} | errors {} | wrong {} | longest {:.2}s",
+            self.run,
+            self.exact,
+            self.errors.len(),
+            self.wrong.len(),
+            self.longest.as_secs_f64()
+        );
+    }
+
+    fn assert_all_exact(&self, scenario: &str) {
+        self.print(scenario);
+        assert!(
+            self.wrong.is_empty(),
+            "{scenario}: wrong answers: {:?}",
+            self.wrong
+        );
+        assert!(
+            self.errors.is_empty(),
+            "{scenario}: errors: {:?}",
+            self.errors
+        );
+        assert!(
+            self.longest < BOUND,
+            "{scenario}: a query took {:?}",
+            self.longest
+        );
+    }
+}
+
+/// A data set and the queries to ask of it, with their answers.
+struct Workload {
+    oracle: Oracle,
+    queries: Vec<(String, BTreeSet<u32>)>,
+}
+
+impl Workload {
+    fn new(seed: u64) -> Workload {
+        let mut rng = Rng(seed);
+        let mut oracle = Oracle::default();
+        for vid in 0..48u64 {
+            let count = 2000 + rng.below(20_000);
+            oracle.add(vid, (0..count).map(|_| rng.below(1 << 20) as u32));
+        }
+        let mut queries = Vec::new();
+        for i in 0..24u64 {
+            let terms = match i % 4 {
+                0 => vec![(i, i)],
+                1 => vec![(0, 47)],
+                2 => vec![(i % 40, i % 40 + 8), (0, u64::MAX)],
+                _ => vec![(0, 20), (10, 30), (5 + i % 7, 45)],
+            };
+            queries.push((Oracle::range_query(&terms), oracle.range(&terms)));
+        }
+        Workload { oracle, queries }
+    }
+
+    fn import(&self, cluster: &Cluster) {
+        let file = cluster.dir().join("workload.csv");
+        self.oracle.write_pairs(&file);
+        let run = cluster.cli(&["import", file.to_str().unwrap()]);
+        assert!(run.status.success(), "import failed: {}", stderr(&run));
+    }
+
+    /// Asks every query once (count and roaring forms alternate).
+    fn ask_all(&self, client: &Client) -> Tally {
+        let mut tally = Tally::default();
+        for (i, (query, expected)) in self.queries.iter().enumerate() {
+            let form = if i % 2 == 0 {
+                Format::Count
+            } else {
+                Format::Roaring
+            };
+            let started = Instant::now();
+            let answer = client.query(query, form);
+            tally.longest = tally.longest.max(started.elapsed());
+            tally.run += 1;
+            match answer {
+                Ok(answer) if matches(&answer, expected) => tally.exact += 1,
+                Ok(answer) => tally.wrong.push(format!("{query}: {}", describe(&answer))),
+                Err(err) => tally.errors.push(format!("{query}: {err}")),
+            }
+        }
+        tally
+    }
+
+    /// `threads` clients asking every query `rounds` times, while `meanwhile` runs.
+    fn stream(&self, addr: &str, threads: usize, rounds: usize, meanwhile: impl FnOnce()) -> Tally {
+        let total = Mutex::new(Tally::default());
+        thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| {
+                    let client = Client::connect(addr).expect("the master accepts a client");
+                    for _ in 0..rounds {
+                        let tally = self.ask_all(&client);
+                        total.lock().unwrap().merge(tally);
+                    }
+                });
+            }
+            meanwhile();
+        });
+        total.into_inner().unwrap()
+    }
+}
+
+fn matches(answer: &Answer, expected: &BTreeSet<u32>) -> bool {
+    match answer {
+        Answer::Count(n) => *n == expected.len() as u64,
+        Answer::Roaring(bytes) => roaring::RoaringBitmap::deserialize_from(&bytes[..])
+            .is_ok_and(|b| b.iter().eq(expected.iter().copied())),
+        Answer::Words(bytes) => &crate::util::words_to_bits(bytes) == expected,
+    }
+}
+
+fn describe(answer: &Answer) -> String {
+    match answer {
+        Answer::Count(n) => format!("count {n}"),
+        Answer::Roaring(bytes) => format!("{} roaring bytes", bytes.len()),
+        Answer::Words(bytes) => format!("{} word bytes", bytes.len()),
+    }
+}
+
+#[test]
+fn a_slave_killed_before_and_during_a_stream_changes_no_answer() {
+    let workload = Workload::new(11);
+    {
+        let mut cluster = Cluster::start_with(4, 2, QUICK);
+        workload.import(&cluster);
+        cluster.kill_slave(0);
+        let tally = workload.stream(&cluster.master_addr(), 1, 2, || {});
+        tally.assert_all_exact("replicas 2, s0 killed before");
+    }
+    let mut cluster = Cluster::start_with(4, 2, QUICK);
+    workload.import(&cluster);
+    let addr = cluster.master_addr();
+    let tally = workload.stream(&addr, 2, 6, || {
+        thread::sleep(Duration::from_millis(300));
+        cluster.kill_slave(2);
+    });
+    tally.assert_all_exact("replicas 2, s2 killed during (2 clients)");
+}
+
+#[test]
+fn a_hung_slave_is_given_up_on_in_time_and_used_again_after() {
+    let mut cluster = Cluster::start_with(4, 2, QUICK);
+    let workload = Workload::new(12);
+    workload.import(&cluster);
+    let hung = 1;
+    cluster.slaves[hung].as_ref().unwrap().signal(libc::SIGSTOP);
+    let tally = workload.stream(&cluster.master_addr(), 2, 2, || {});
+    tally.assert_all_exact("replicas 2, s1 stopped (SIGSTOP)");
+
+    cluster.slaves[hung].as_ref().unwrap().signal(libc::SIGCONT);
+    wait_until_up(&cluster, hung);
+    // Kill every other owner of some vids: only the revived slave can answer for them.
+    let partner = (hung + 1) % 4;
+    cluster.kill_slave(partner);
+    workload
+        .stream(&cluster.master_addr(), 1, 1, || {})
+        .assert_all_exact("s1 continued, s2 killed");
+}
+
+fn wait_until_up(cluster: &Cluster, slave: usize) {
+    let client = cluster.client();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = client.status().expect("the master answers status");
+        if status[slave].up {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "s{slave} never came back up: {status:?}"
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_coordinator_killed_mid_query_does_not_change_the_answer() {
+    // With `bandwidth`, the slave holding the most of a query's vectors
+    // coordinates it; kill each slave in turn while two clients stream.
+    let mut cluster = Cluster::start_with(4, 2, &[QUICK, &["--policy", "bandwidth"]].concat());
+    let workload = Workload::new(13);
+    workload.import(&cluster);
+    let addr = cluster.master_addr();
+    let mut total = Tally::default();
+    for victim in 0..2 {
+        let tally = workload.stream(&addr, 2, 3, || {
+            thread::sleep(Duration::from_millis(150));
+            cluster.kill_slave(victim);
+        });
+        total.merge(tally);
+        cluster.restart_slave(victim).expect("the slave restarts");
+        wait_until_up(&cluster, victim);
+    }
+    total.assert_all_exact("coordinators killed mid-stream (bandwidth)");
+    drop(cluster);
+
+    let mut cluster = Cluster::start_with(4, 2, QUICK);
+    workload.import(&cluster);
+    let addr = cluster.master_addr();
+    let tally = workload.stream(&addr, 2, 4, || {
+        thread::sleep(Duration::from_millis(200));
+        cluster.kill_slave(3);
+    });
+    tally.assert_all_exact("a slave killed mid-stream (round-robin coordinators)");
+}
+
+#[test]
+fn with_one_copy_a_dead_slave_makes_its_vectors_unavailable_until_it_returns() {
+    let mut cluster = Cluster::start_with(4, 1, QUICK);
+    let workload = Workload::new(14);
+    workload.import(&cluster);
+    let dead = 2;
+    cluster.kill_slave(dead);
+    let client = cluster.client();
+    let mut tally = Tally::default();
+    for (&vid, bits) in &workload.oracle.vectors {
+        let started = Instant::now();
+        let answer = client.query(&format!("P:{vid}"), Format::Count);
+        tally.longest = tally.longest.max(started.elapsed());
+        tally.run += 1;
+        if placement::owners(vid, 4, 1).contains(&dead) {
+            match answer {
+                Err(Error::Query {
+                    kind: ErrorKind::Unavailable,
+                    failed_machines,
+                    message,
+                }) => {
+                    assert!(
+                        failed_machines.iter().any(|m| m.contains("s2")),
+                        "{failed_machines:?}"
+                    );
+                    assert!(message.contains("s2"), "{message}");
+                    tally.errors.push(message);
+                }
+                other => panic!("P:{vid} lives only on the dead s2, got {other:?}"),
+            }
+        } else {
+            assert!(
+                matches!(answer, Ok(Answer::Count(n)) if n == bits.len() as u64),
+                "P:{vid}"
+            );
+            tally.exact += 1;
+        }
+    }
+    // A range over every vector needs s2: unavailable, never a partial answer.
+    match client.query("R:0-47", Format::Count) {
+        Err(Error::Query {
+            kind: ErrorKind::Unavailable,
+            ..
+        }) => tally.errors.push("R:0-47".into()),
+        other => panic!("R:0-47 needs s2, got {other:?}"),
+    }
+    tally.run += 1;
+    tally.print("replicas 1, s2 killed (errors are the expected unavailable)");
+    assert!(tally.wrong.is_empty());
+
+    cluster.restart_slave(dead).expect("the slave restarts");
+    wait_until_up(&cluster, dead);
+    workload
+        .stream(&cluster.master_addr(), 1, 1, || {})
+        .assert_all_exact("replicas 1, s2 restarted");
+}
+
+#[test]
+fn a_restarted_master_knows_every_vector_even_with_a_slave_down() {
+    let mut cluster = Cluster::start_with(4, 2, QUICK);
+    let workload = Workload::new(15);
+    workload.import(&cluster);
+    cluster.restart_master();
+    workload
+        .stream(&cluster.master_addr(), 1, 1, || {})
+        .assert_all_exact("master restarted");
+    cluster.kill_slave(0);
+    cluster.restart_master();
+    workload
+        .stream(&cluster.master_addr(), 1, 1, || {})
+        .assert_all_exact("master restarted, s0 down");
+}
+
+#[test]
+fn acknowledged_imports_survive_sigkill_and_corrupt_files_are_refused() {
+    let mut cluster = Cluster::start_with(4, 2, QUICK);
+    let workload = Workload::new(16);
+    workload.import(&cluster);
+    for slave in 0..4 {
+        cluster.kill_slave(slave);
+    }
+    for slave in 0..4 {
+        cluster
+            .restart_slave(slave)
+            .expect("the slave restarts with its data");
+    }
+    for slave in 0..4 {
+        wait_until_up(&cluster, slave);
+    }
+    workload
+        .stream(&cluster.master_addr(), 1, 1, || {})
+        .assert_all_exact("every slave SIGKILLed and restarted");
+
+    // Flip a byte in the middle of s1's biggest data file.
+    let victim = 1;
+    cluster.kill_slave(victim);
+    let file = biggest_file(&cluster.slave_dir(victim));
+    let mut bytes = std::fs::read(&file).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&file, bytes).unwrap();
+    let name = file.file_name().unwrap().to_string_lossy().into_owned();
+    match cluster.restart_slave(victim) {
+        Err(message) => assert!(
+            message.contains(&name),
+            "the refusal should name {name}: {message}"
+        ),
+        Ok(()) => panic!("a slave started on a corrupt {name}"),
+    }
+    workload
+        .stream(&cluster.master_addr(), 1, 1, || {})
+        .assert_all_exact("s1 refuses a corrupt file (replicas 2)");
+}
+
+fn biggest_file(dir: &std::path::Path) -> std::path::PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .max_by_key(|p| p.metadata().unwrap().len())
+        .expect("the slave has data files")
+}

@@ -1,0 +1,10 @@
+//! Process-level tests: real `bitfold` slaves and masters on loopback,
+//! driven through the CLI and the client library, every answer checked
+//! against a local oracle. One test binary (see README.md beside this file).
+
+mod util;
+
+mod cli;
+mod cluster;
+mod failures;
+mod sample;

@@ -1,0 +1,390 @@
+//! The harness of the process-level tests: real `bitfold slave` and
+//! `bitfold master` processes on free loopback ports, stopped when the test
+//! ends (whether it passes or not), and a local oracle to check answers.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use bitfold_rpc::client::{Answer, Client, Format};
+
+/// How long a process may take to print its readiness line.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The `bitfold` binary under test.
+pub fn bitfold_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_bitfold"))
+}
+
+/// Runs `bitfold ARGS...` to completion.
+pub fn bitfold(args: &[&str]) -> Output {
+    Command::new(bitfold_bin())
+        .args(args)
+        .output()
+        .expect("the bitfold binary runs")
+}
+
+/// Standard output of a run, as text.
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Standard error of a run, as text.
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A server process that is killed when dropped.
+pub struct Server {
+    child: Child,
+    /// The address it printed when it became ready.
+    pub addr: String,
+}
+
+impl Server {
+    /// Starts `bitfold ARGS...` and waits for the line `<what> listening on ADDR`.
+    pub fn start(what: &str, args: &[String]) -> Result<Server, String> {
+        let mut child = Command::new(bitfold_bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start bitfold {what}: {e}"))?;
+        let prefix = format!("{what} listening on ");
+        let (tx, rx) = mpsc::channel();
+        let stdout = child.stdout.take().expect("stdout is piped");
+        thread::spawn(move || {
+            // Keep draining the pipe for the life of the process so it never blocks.
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix(&prefix) {
+                    let _ = tx.send(addr.trim().to_string());
+                }
+            }
+        });
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (err_tx, err_rx) = mpsc::channel();
+        thread::spawn(move || {
+            let text: Vec<String> = BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+                .collect();
+            let _ = err_tx.send(text.join("\n"));
+        });
+        match rx.recv_timeout(READY_TIMEOUT) {
+            Ok(addr) => Ok(Server { child, addr }),
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let err = err_rx
+                    .recv_timeout(Duration::from_secs(5))
+                    .unwrap_or_default();
+                Err(format!("bitfold {what} did not become ready: {err}"))
+            }
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on a pid we spawned and have not reaped; no memory is involved.
+        unsafe {
+            libc::kill(self.pid() as i32, signal);
+        }
+    }
+
+    /// SIGKILL, and reap it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SIGKILL ends a stopped (SIGSTOP) process too: kill and reap.
+        self.kill();
+    }
+}
+
+/// A cluster of real processes: slaves and a master, in a temporary directory.
+pub struct Cluster {
+    dir: tempfile::TempDir,
+    /// Slave processes (None while killed); index i is slave `s{i}`.
+    pub slaves: Vec<Option<Server>>,
+    /// Slave addresses, fixed for the life of the cluster.
+    pub slave_addrs: Vec<String>,
+    /// The master process (None while killed).
+    pub master: Option<Server>,
+    extra_master_args: Vec<String>,
+}
+
+impl Cluster {
+    /// Starts `slaves` slaves and a master with `replicas` copies per vector.
+    pub fn start(slaves: usize, replicas: usize) -> Cluster {
+        Self::start_with(slaves, replicas, &[])
+    }
+
+    /// Like [`Cluster::start`], with extra flags for the master.
+    pub fn start_with(slaves: usize, replicas: usize, master_args: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut cluster = Cluster {
+            dir,
+            slaves: Vec::new(),
+            slave_addrs: Vec::new(),
+            master: None,
+            extra_master_args: master_args.iter().map(|s| s.to_string()).collect(),
+        };
+        for i in 0..slaves {
+            let server = cluster
+                .spawn_slave(i, "127.0.0.1:0")
+                .expect("a slave starts");
+            cluster.slave_addrs.push(server.addr.clone());
+            cluster.slaves.push(Some(server));
+        }
+        let mut toml = format!("replicas = {replicas}\n");
+        for (i, addr) in cluster.slave_addrs.iter().enumerate() {
+            toml.push_str(&format!("[[slaves]]\nname = \"s{i}\"\naddr = \"{addr}\"\n"));
+        }
+        std::fs::write(cluster.cluster_file(), toml).expect("the cluster file is written");
+        cluster.start_master("127.0.0.1:0");
+        cluster
+    }
+
+    /// The temporary directory everything lives in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn cluster_file(&self) -> PathBuf {
+        self.dir().join("cluster.toml")
+    }
+
+    /// The data directory of slave `i`.
+    pub fn slave_dir(&self, i: usize) -> PathBuf {
+        self.dir().join(format!("s{i}"))
+    }
+
+    fn spawn_slave(&self, i: usize, listen: &str) -> Result<Server, String> {
+        let args = vec![
+            "slave".to_string(),
+            "--listen".into(),
+            listen.into(),
+            "--data-dir".into(),
+            self.slave_dir(i).display().to_string(),
+        ];
+        Server::start("slave", &args)
+    }
+
+    fn start_master(&mut self, listen: &str) {
+        let mut args = vec![
+            "master".to_string(),
+            "--listen".into(),
+            listen.into(),
+            "--cluster".into(),
+            self.cluster_file().display().to_string(),
+            "--data-dir".into(),
+            self.dir().join("master-data").display().to_string(),
+        ];
+        args.extend(self.extra_master_args.iter().cloned());
+        self.master = Some(Server::start("master", &args).expect("the master starts"));
+    }
+
+    /// The master's address.
+    pub fn master_addr(&self) -> String {
+        self.master
+            .as_ref()
+            .expect("the master is running")
+            .addr
+            .clone()
+    }
+
+    /// A client connected to the master.
+    pub fn client(&self) -> Client {
+        Client::connect(&self.master_addr()).expect("the master accepts a client")
+    }
+
+    /// Runs `bitfold ARGS... --master ADDR` (the flag is added after the subcommand).
+    pub fn cli(&self, args: &[&str]) -> Output {
+        let master = self.master_addr();
+        let mut full: Vec<&str> = vec![args[0], "--master", &master];
+        full.extend(&args[1..]);
+        bitfold(&full)
+    }
+
+    /// SIGKILLs slave `i`.
+    pub fn kill_slave(&mut self, i: usize) {
+        if let Some(mut server) = self.slaves[i].take() {
+            server.kill();
+        }
+    }
+
+    /// Starts slave `i` again on its old address and data directory.
+    pub fn restart_slave(&mut self, i: usize) -> Result<(), String> {
+        self.kill_slave(i);
+        let addr = self.slave_addrs[i].clone();
+        self.slaves[i] = Some(self.spawn_slave(i, &addr)?);
+        Ok(())
+    }
+
+    /// SIGKILLs the master and starts it again on its old address.
+    pub fn restart_master(&mut self) {
+        let addr = self.master_addr();
+        if let Some(mut master) = self.master.take() {
+            master.kill();
+        }
+        self.start_master(&addr);
+    }
+}
+
+/// The expected state of the index: vid → set bits.
+#[derive(Debug, Default, Clone)]
+pub struct Oracle {
+    /// Every vector imported so far.
+    pub vectors: BTreeMap<u64, BTreeSet<u32>>,
+}
+
+impl Oracle {
+    /// Records an import of `bits` into `vid` (union, as the system does).
+    pub fn add(&mut self, vid: u64, bits: impl IntoIterator<Item = u32>) {
+        let bits: BTreeSet<u32> = bits.into_iter().collect();
+        if !bits.is_empty() {
+            self.vectors.entry(vid).or_default().extend(bits);
+        }
+    }
+
+    /// The answer to `R:` with the given inclusive terms.
+    pub fn range(&self, terms: &[(u64, u64)]) -> BTreeSet<u32> {
+        let mut result: Option<BTreeSet<u32>> = None;
+        for &(first, last) in terms {
+            let union: BTreeSet<u32> = self
+                .vectors
+                .range(first..=last)
+                .flat_map(|(_, bits)| bits.iter().copied())
+                .collect();
+            result = Some(match result {
+                None => union,
+                Some(acc) => acc.intersection(&union).copied().collect(),
+            });
+        }
+        result.unwrap_or_default()
+    }
+
+    /// The text of `R:` with the given terms.
+    pub fn range_query(terms: &[(u64, u64)]) -> String {
+        let terms: Vec<String> = terms
+            .iter()
+            .map(|&(a, b)| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}-{b}")
+                }
+            })
+            .collect();
+        format!("R:{}", terms.join("&"))
+    }
+
+    /// Writes every vector as a `pairs` file.
+    pub fn write_pairs(&self, path: &Path) {
+        let mut text = String::from("# vid,bit\n");
+        for (vid, bits) in &self.vectors {
+            for bit in bits {
+                text.push_str(&format!("{vid},{bit}\n"));
+            }
+        }
+        std::fs::write(path, text).expect("the pairs file is written");
+    }
+
+    /// Writes every vector as `<vid>.roaring` in `dir`.
+    pub fn write_roaring(&self, dir: &Path) {
+        std::fs::create_dir_all(dir).expect("the directory is created");
+        for (vid, bits) in &self.vectors {
+            let bitmap: roaring::RoaringBitmap = bits.iter().copied().collect();
+            let mut bytes = Vec::new();
+            bitmap
+                .serialize_into(&mut bytes)
+                .expect("serialising to memory works");
+            std::fs::write(dir.join(format!("{vid}.roaring")), bytes).expect("the file is written");
+        }
+    }
+}
+
+/// Decodes the `words` form: little-endian u64 words, bit b = bit b%64 of word b/64.
+pub fn words_to_bits(bytes: &[u8]) -> BTreeSet<u32> {
+    assert_eq!(bytes.len() % 8, 0, "the words form is whole words");
+    let mut bits = BTreeSet::new();
+    for (i, chunk) in bytes.chunks_exact(8).enumerate() {
+        let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        for b in 0..64 {
+            if word >> b & 1 == 1 {
+                bits.insert((i * 64 + b) as u32);
+            }
+        }
+    }
+    if let Some(last) = bytes.chunks_exact(8).last() {
+        assert_ne!(
+            last, [0u8; 8],
+            "the words form is trimmed of trailing zero words"
+        );
+    }
+    bits
+}
+
+/// Asks `query` in all three forms and checks each against `expected`.
+pub fn assert_answer(client: &Client, query: &str, expected: &BTreeSet<u32>) {
+    match client.query(query, Format::Count) {
+        Ok(Answer::Count(n)) => assert_eq!(n, expected.len() as u64, "count of {query}"),
+        other => panic!("{query} as count: {other:?}"),
+    }
+    match client.query(query, Format::Roaring) {
+        Ok(Answer::Roaring(bytes)) => {
+            let bitmap = roaring::RoaringBitmap::deserialize_from(&bytes[..])
+                .unwrap_or_else(|e| panic!("{query}: roaring answer does not decode: {e}"));
+            let got: BTreeSet<u32> = bitmap.iter().collect();
+            assert_eq!(&got, expected, "roaring answer of {query}");
+        }
+        other => panic!("{query} as roaring: {other:?}"),
+    }
+    let fits_words = expected.last().is_none_or(|&b| b < u32::MAX - 63);
+    match client.query(query, Format::Words) {
+        Ok(Answer::Words(bytes)) if fits_words => {
+            assert_eq!(&words_to_bits(&bytes), expected, "words answer of {query}");
+        }
+        Err(bitfold_rpc::client::Error::Query { kind, .. }) if !fits_words => {
+            assert_eq!(
+                kind,
+                bitfold_rpc::client::ErrorKind::TooLarge,
+                "{query} as words"
+            );
+        }
+        other => panic!("{query} as words: {other:?}"),
+    }
+}
+
+/// splitmix64, for reproducible random test data without a dependency.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}

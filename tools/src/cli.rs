@@ -1,0 +1,234 @@
+//! The command line: every flag of every command, with its help text.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The master's address when `--master` is left out.
+pub const DEFAULT_MASTER: &str = "127.0.0.1:7100";
+
+/// bitfold: a bitmap index spread over slave machines, queried through a master.
+///
+/// A DBMS (or you, with `bitfold query`) sends the master short text queries:
+/// `P:vid` fetches one vector; `R:10-19&40-44` ORs the vectors of each vid
+/// range and ANDs the ranges. Start with `bitfold demo`.
+#[derive(Debug, Parser)]
+#[command(name = "bitfold", version, about, long_about, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+const EXIT_CODES: &str = "\
+Exit codes: 0 success; 1 failure (I/O, corrupt data, internal error); \
+2 bad command line; 3 bad query; 4 vector not found; \
+5 unavailable (a needed slave, or the master, cannot be reached); \
+6 answer too large for the requested form (ask for a count).";
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve a slave: store vectors in DIR and answer handler, coordinator and fetch calls.
+    Slave(SlaveArgs),
+    /// Serve the master: the DBMS interface, the catalog of vids, query planning and retries.
+    Master(MasterArgs),
+    /// Run a whole local cluster (a master and N slaves on loopback) until Ctrl-C or SIGTERM.
+    Up(UpArgs),
+    /// Start a throwaway local cluster, load the sample bitmap index, run example queries, exit.
+    Demo(DemoArgs),
+    /// Load vectors, in `pairs` or `roaring` format, through the master (or into a local store).
+    Import(ImportArgs),
+    /// Send one query to the master and print its answer.
+    Query(QueryArgs),
+    /// Show each slave: up or down (and since when), vectors, bytes.
+    Status(StatusArgs),
+    /// Write the demo's sample bitmap index (deterministic) as roaring files.
+    Sample(SampleArgs),
+}
+
+/// `bitfold slave`.
+#[derive(Debug, Args)]
+pub struct SlaveArgs {
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: String,
+    /// Directory holding this slave's vectors (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: PathBuf,
+}
+
+/// `bitfold master`.
+#[derive(Debug, Args)]
+pub struct MasterArgs {
+    /// Address to listen on for DBMS connections.
+    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_MASTER)]
+    pub listen: String,
+    /// Cluster file (TOML): `replicas` and the `[[slaves]]` with `name` and `addr`.
+    #[arg(long, value_name = "FILE")]
+    pub cluster: PathBuf,
+    /// Where the master keeps its catalog of vids [default: `master-data` beside the cluster file].
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// How the coordinator slave of each range query is chosen.
+    #[arg(long, value_enum, default_value_t = Policy::RoundRobin)]
+    pub policy: Policy,
+    /// Longest wait for any one slave call before the slave is reported failed.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub rpc_timeout: Duration,
+    /// Most attempts at one query (each retry avoids the machines that failed).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub attempts: u32,
+    /// Longest time a query may take in all, retries included.
+    #[arg(long, value_name = "DURATION", default_value = "25s", value_parser = parse_duration)]
+    pub query_timeout: Duration,
+}
+
+/// Coordinator choice, as the master's `--policy` flag spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Policy {
+    /// Each live slave in turn.
+    RoundRobin,
+    /// A live slave picked at random.
+    Random,
+    /// The live slave holding the most of the query's vectors.
+    Bandwidth,
+}
+
+/// `bitfold up`.
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Number of slaves [default: 3, or what `DIR/cluster.toml` says].
+    #[arg(long, value_name = "N")]
+    pub slaves: Option<usize>,
+    /// Copies of every vector [default: 1, or what `DIR/cluster.toml` says].
+    #[arg(long, value_name = "R")]
+    pub replicas: Option<usize>,
+    /// Where the cluster keeps its data (a cluster.toml, one directory per slave, the master's).
+    #[arg(long, value_name = "DIR", default_value = "./bitfold-data")]
+    pub dir: PathBuf,
+    /// The master's port; new slaves take the ports after it.
+    #[arg(long, value_name = "PORT", default_value_t = 7100)]
+    pub port: u16,
+}
+
+/// `bitfold demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// The sample data set to load [default: the `data/sample` of this source tree].
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+}
+
+/// `bitfold import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The master to import through.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "data_dir")]
+    pub master: Option<String>,
+    /// Write straight into the slave store in DIR instead (bulk load of one slave, no master).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Input format [default: `roaring` when every path is a directory or a `.roaring` file, else `pairs`].
+    #[arg(long, value_enum)]
+    pub format: Option<InputFormat>,
+    /// Files (or, for `roaring`, directories of `<vid>.roaring` files) to import.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+}
+
+/// `--format` of `bitfold import`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InputFormat {
+    /// Text, one set bit per line: `vid,bit`.
+    Pairs,
+    /// Files named `<vid>.roaring`, each a portable-format Roaring bitmap.
+    Roaring,
+}
+
+/// `bitfold query`.
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// The master to ask.
+    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_MASTER)]
+    pub master: String,
+    /// What to print.
+    #[arg(long, value_enum, default_value_t = Output::Summary)]
+    pub output: Output,
+    /// File to write the answer to (required with `--output roaring`).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// The query: `P:vid` or `R:term&term...`, a term being `vid` or `vid-vid`.
+    #[arg(value_name = "QUERY", allow_hyphen_values = true)]
+    pub query: String,
+}
+
+/// `--output` of `bitfold query`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// For people: how many bits are set, the first few, and the range.
+    Summary,
+    /// One integer: the number of set bits (the vector itself is not shipped).
+    Count,
+    /// The set bit positions, ascending, one per line.
+    Bits,
+    /// The portable Roaring serialization, written to `--out`.
+    Roaring,
+}
+
+/// `bitfold status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The master to ask.
+    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_MASTER)]
+    pub master: String,
+}
+
+/// `bitfold sample`.
+#[derive(Debug, Args)]
+pub struct SampleArgs {
+    /// Directory to write `index.toml` and `vectors/<vid>.roaring` into.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+/// Parses `250ms`, `5s`, `2m` (a bare number is seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration: write it like 250ms, 5s or 2m"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("unknown unit `{unit}` in `{text}`: use ms, s or m")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("`{text}` is not a usable duration"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_parse_in_the_units_people_write() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("5h").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("fast").is_err());
+    }
+}

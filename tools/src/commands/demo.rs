@@ -1,0 +1,164 @@
+//! `bitfold demo`: a throwaway local cluster on free ports, the sample
+//! bitmap index loaded through it, the example questions asked and checked
+//! against a computation done locally from the same files.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use anyhow::{Context, bail};
+use bitfold_engine::fold::{Term, UnionPlan, intersection_count};
+use bitfold_engine::{VectorBuf, portable};
+use bitfold_rpc::client::Client;
+use bitfold_rpc::query::{self, Query};
+
+use super::import::{Destination, import_paths};
+use super::local::{Layout, LocalCluster, numbered_cluster};
+use super::query::count;
+use super::sample::{Index, vectors_dir};
+use crate::cli::DemoArgs;
+
+/// Slaves in the demo cluster.
+const SLAVES: usize = 4;
+/// Copies of every vector in the demo cluster.
+const REPLICAS: usize = 2;
+
+/// Runs `bitfold demo`.
+pub fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let sample = args.data.unwrap_or_else(default_sample_dir);
+    let index = Index::load(&sample)
+        .with_context(|| "the demo needs the sample data: pass --data DIR (see data/README.md)")?;
+    let dir = tempfile::tempdir().context("cannot create a temporary directory for the demo")?;
+    let (stops, _stopped) = mpsc::channel();
+    let cluster = numbered_cluster(SLAVES, REPLICAS, 0)?;
+    let local = LocalCluster::start(&Layout::new(dir.path()), cluster, "127.0.0.1:0", &stops)?;
+    println!(
+        "Started a local cluster: a master on {} and {SLAVES} slaves, {REPLICAS} copies of every vector.",
+        local.master
+    );
+
+    let client = Client::connect(&local.master.to_string())?;
+    let vectors = vectors_dir(&sample);
+    let imported = import_paths(
+        std::slice::from_ref(&vectors),
+        bitfold_engine::import::Format::Roaring,
+        &Destination::Master(client),
+    )?;
+    println!(
+        "Loaded the sample bitmap index of a `{}` table ({} rows): {} vectors, {} set bits.\n",
+        index.table, index.rows, imported.vectors, imported.bits
+    );
+    for attribute in &index.attributes {
+        let last = attribute.first_vid + attribute.values.len() as u64 - 1;
+        println!(
+            "  {:<14} vids {}-{}: {} .. {}",
+            attribute.name,
+            attribute.first_vid,
+            last,
+            attribute.values.first().map_or("", String::as_str),
+            attribute.values.last().map_or("", String::as_str),
+        );
+    }
+    println!();
+
+    let client = Client::connect(&local.master.to_string())?;
+    let local_vectors = read_vectors(&vectors)?;
+    for example in &index.examples {
+        let answer = count(&client, &example.query)?;
+        let expected = local_count(&local_vectors, &example.query)?;
+        if answer != expected {
+            bail!(
+                "the cluster answered {answer} for {} but the local computation gives {expected}",
+                example.query
+            );
+        }
+        println!("{}:", capitalise(&example.question));
+        println!(
+            "  {}  ->  {answer} of {} rows  (same as computed locally)\n",
+            example.query, index.rows
+        );
+    }
+
+    println!("Mistakes get a clear error and the cluster keeps answering:");
+    for bad in ["R:130-", "P:999"] {
+        match client.query(bad, bitfold_rpc::client::Format::Count) {
+            Ok(_) => bail!("the master answered the query {bad}, which should have failed"),
+            Err(err) => println!("  {bad:<8} ->  error: {err}"),
+        }
+    }
+    println!(
+        "\nTry it yourself: `bitfold up` in one terminal, then in another\n  \
+         bitfold import {}\n  bitfold query 'R:130-139&200'\n  bitfold status",
+        shown_path(&vectors).display()
+    );
+    Ok(())
+}
+
+/// `data/sample` of the source tree this binary was built from.
+fn default_sample_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/sample")
+}
+
+/// `path` made absolute and then relative to the working directory where possible.
+fn shown_path(path: &Path) -> PathBuf {
+    let absolute = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| absolute.strip_prefix(cwd).ok().map(Path::to_path_buf))
+        .unwrap_or(absolute)
+}
+
+/// Every `<vid>.roaring` file in `dir`, decoded.
+fn read_vectors(dir: &Path) -> anyhow::Result<BTreeMap<u64, VectorBuf>> {
+    let mut vectors = BTreeMap::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let path = entry?.path();
+        let Some(vid) = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse().ok())
+        else {
+            continue;
+        };
+        let bytes = fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let vector = portable::read(&bytes)
+            .with_context(|| format!("{} is not a roaring bitmap", path.display()))?;
+        vectors.insert(vid, vector);
+    }
+    Ok(vectors)
+}
+
+/// The answer's count, computed here from the files with the engine alone.
+fn local_count(vectors: &BTreeMap<u64, VectorBuf>, message: &str) -> anyhow::Result<u64> {
+    let terms = match query::parse(message.as_bytes(), &query::Limits::default())? {
+        Query::Point(vid) => vec![(vid, vid)],
+        Query::Range(terms) => terms.iter().map(|t| (t.first, t.last)).collect(),
+    };
+    let unions: Vec<Vec<VectorBuf>> = terms
+        .iter()
+        .map(|&(first, last)| {
+            let inputs: Vec<_> = vectors
+                .range(first..=last)
+                .map(|(_, v)| v.as_part())
+                .collect();
+            UnionPlan::new(&inputs).run(&inputs)
+        })
+        .collect();
+    let parts: Vec<Vec<_>> = unions
+        .iter()
+        .map(|bufs| bufs.iter().map(VectorBuf::as_part).collect())
+        .collect();
+    let terms = parts
+        .iter()
+        .map(|p| Term::new(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(intersection_count(&terms))
+}
+
+fn capitalise(text: &str) -> String {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map_or_else(String::new, |c| c.to_uppercase().chain(chars).collect())
+}

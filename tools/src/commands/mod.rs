@@ -1,0 +1,26 @@
+//! One module per command; `run` dispatches.
+
+mod demo;
+mod import;
+mod local;
+mod query;
+mod sample;
+mod serve;
+mod status;
+mod up;
+
+use crate::cli::Command;
+
+/// Runs one command to completion.
+pub fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Slave(args) => serve::slave(args),
+        Command::Master(args) => serve::master(args),
+        Command::Up(args) => up::run(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Import(args) => import::run(args),
+        Command::Query(args) => query::run(args),
+        Command::Status(args) => status::run(args),
+        Command::Sample(args) => sample::run(args),
+    }
+}

@@ -1,0 +1,115 @@
+//! `bitfold query`: one query, printed the way `--output` asks.
+
+use std::fs;
+use std::io::{self, BufWriter, Write};
+
+use anyhow::{Context, bail};
+use bitfold_engine::{VectorBuf, portable};
+use bitfold_rpc::client::{self, Answer, Client, ErrorKind, Format};
+
+use crate::cli::{Output, QueryArgs};
+
+/// How many bit positions the summary shows.
+const SUMMARY_BITS: usize = 10;
+
+/// Runs `bitfold query`.
+pub fn run(args: QueryArgs) -> anyhow::Result<()> {
+    if args.output == Output::Roaring && args.out.is_none() {
+        bail!("--output roaring writes a binary file: say where with --out FILE");
+    }
+    let client = Client::connect(&args.master)?;
+    let stdout = io::stdout().lock();
+    let mut out = BufWriter::new(stdout);
+    match args.output {
+        Output::Count => {
+            writeln!(out, "{}", count(&client, &args.query)?)?;
+        }
+        Output::Bits => {
+            for bit in fetch(&client, &args.query)?.as_part().bits() {
+                writeln!(out, "{bit}")?;
+            }
+        }
+        Output::Roaring => {
+            let path = args.out.as_ref().expect("checked above");
+            let bytes = fetch_roaring(&client, &args.query)?;
+            fs::write(path, &bytes)
+                .with_context(|| format!("cannot write the answer to {}", path.display()))?;
+        }
+        Output::Summary => summary(&client, &args.query, &mut out)?,
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// The number of set bits of the answer.
+pub fn count(client: &Client, query: &str) -> Result<u64, client::Error> {
+    match client.query(query, Format::Count)? {
+        Answer::Count(n) => Ok(n),
+        _ => Err(client::Error::Protocol(
+            "asked for a count, got a vector".into(),
+        )),
+    }
+}
+
+fn fetch_roaring(client: &Client, query: &str) -> Result<Vec<u8>, client::Error> {
+    match client.query(query, Format::Roaring)? {
+        Answer::Roaring(bytes) => Ok(bytes),
+        _ => Err(client::Error::Protocol(
+            "asked for roaring, got another form".into(),
+        )),
+    }
+}
+
+/// The answer as a vector.
+pub fn fetch(client: &Client, query: &str) -> anyhow::Result<VectorBuf> {
+    let bytes = fetch_roaring(client, query)?;
+    portable::read(&bytes).context("the master answered a roaring bitmap that does not decode")
+}
+
+/// For people: the count, the first bits and the last one.
+fn summary(client: &Client, query: &str, out: &mut impl Write) -> anyhow::Result<()> {
+    let vector = match fetch(client, query) {
+        Ok(vector) => vector,
+        Err(err) if is_too_large(&err) => {
+            let n = count(client, query)?;
+            writeln!(
+                out,
+                "{query}: {n} bits set (too large to ship whole; counted only)"
+            )?;
+            return Ok(());
+        }
+        Err(err) => return Err(err),
+    };
+    let part = vector.as_part();
+    let n = part.cardinality();
+    writeln!(out, "{query}: {n} bit{} set", if n == 1 { "" } else { "s" })?;
+    if n > 0 {
+        let first: Vec<String> = part
+            .bits()
+            .take(SUMMARY_BITS)
+            .map(|b| b.to_string())
+            .collect();
+        let more = if n as usize > SUMMARY_BITS {
+            ", ..."
+        } else {
+            ""
+        };
+        writeln!(out, "  first: {}{more}", first.join(", "))?;
+        let last = part
+            .bits()
+            .last()
+            .expect("a non-empty vector has a last bit");
+        writeln!(out, "  last:  {last}")?;
+    }
+    Ok(())
+}
+
+fn is_too_large(err: &anyhow::Error) -> bool {
+    matches!(
+        err.downcast_ref::<client::Error>(),
+        Some(client::Error::Query {
+            kind: ErrorKind::TooLarge,
+            ..
+        })
+    )
+}

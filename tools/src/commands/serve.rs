@@ -1,0 +1,52 @@
+//! `bitfold slave` and `bitfold master`: serve in the foreground until killed.
+
+use std::path::Path;
+
+use anyhow::Context;
+use bitfold_rpc::cluster::ClusterConfig;
+use bitfold_rpc::master::{self, CoordinatorPolicy, MasterOptions};
+use bitfold_rpc::slave::{self, SlaveOptions};
+
+use crate::cli::{MasterArgs, Policy, SlaveArgs};
+
+/// Serves a slave; prints `slave listening on ADDR` once it accepts calls.
+pub fn slave(args: SlaveArgs) -> anyhow::Result<()> {
+    let options = SlaveOptions::new(args.listen, args.data_dir);
+    slave::run(options, |addr| println!("slave listening on {addr}"))?;
+    Ok(())
+}
+
+/// Serves the master; prints `master listening on ADDR` once it answers queries.
+pub fn master(args: MasterArgs) -> anyhow::Result<()> {
+    let cluster = ClusterConfig::load(&args.cluster)?;
+    let data_dir = args
+        .data_dir
+        .unwrap_or_else(|| default_master_dir(&args.cluster));
+    let options = MasterOptions {
+        policy: policy(args.policy),
+        rpc_timeout: args.rpc_timeout,
+        attempts: args.attempts,
+        query_timeout: args.query_timeout,
+        ..MasterOptions::new(args.listen, cluster, data_dir)
+    };
+    master::run(options, |addr| println!("master listening on {addr}"))
+        .with_context(|| format!("the master for {} stopped", args.cluster.display()))?;
+    Ok(())
+}
+
+/// `master-data` beside the cluster file (SPEC §6).
+fn default_master_dir(cluster_file: &Path) -> std::path::PathBuf {
+    cluster_file
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("master-data")
+}
+
+/// The library's name for a `--policy` value.
+pub fn policy(policy: Policy) -> CoordinatorPolicy {
+    match policy {
+        Policy::RoundRobin => CoordinatorPolicy::RoundRobin,
+        Policy::Random => CoordinatorPolicy::Random,
+        Policy::Bandwidth => CoordinatorPolicy::Bandwidth,
+    }
+}
