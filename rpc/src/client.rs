@@ -376,7 +376,10 @@ struct Link {
 impl Link {
     async fn client(&self) -> Result<std::rc::Rc<Connection<master::Client>>, Error> {
         if let Some(connection) = self.connection.borrow().as_ref() {
-            return Ok(connection.clone());
+            // A master that was restarted closed the old connection: reconnect.
+            if !connection.is_closed() {
+                return Ok(connection.clone());
+            }
         }
         let connect = tokio::time::timeout(Duration::from_secs(10), net::connect(&self.addr));
         let connection = match connect.await {
