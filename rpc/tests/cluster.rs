@@ -464,3 +464,21 @@ fn connecting_to_nothing_says_how_to_fix_it() {
         )
     );
 }
+
+#[test]
+fn a_query_naming_too_many_vectors_is_refused() {
+    let cluster = TestCluster::start_with(2, 1, |o| o.max_query_vectors = 10);
+    let client = cluster.client();
+    let mut oracle = Oracle::default();
+    import(&client, &mut oracle, &data());
+    let err = client
+        .query("R:0-18446744073709551615", Format::Count)
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::TooLarge), "{err}");
+    assert!(
+        err.to_string().contains("more than 10 existing vectors"),
+        "{err}"
+    );
+    // Repeated terms count once.
+    check(&client, "R:0-21&0-21&0-21", &oracle.range(&[(0, 21)]));
+}

@@ -72,11 +72,14 @@ pub struct MasterOptions {
     pub query_timeout: Duration,
     /// How often a down slave is probed (default 1 s).
     pub probe_interval: Duration,
-    /// The longest an import may wait for an owner that is up (default 60 s;
+    /// The longest an import may wait for an owner that is up (default 30 s;
     /// an owner already marked down gets `rpc_timeout`).
     pub import_timeout: Duration,
     /// Size limits on query messages.
     pub limits: Limits,
+    /// The most existing vectors the terms of one query may hold in all
+    /// (default 2^24: the chains of a query travel in one message).
+    pub max_query_vectors: usize,
 }
 
 impl MasterOptions {
@@ -95,8 +98,9 @@ impl MasterOptions {
             attempts: 3,
             query_timeout: Duration::from_secs(30),
             probe_interval: Duration::from_secs(1),
-            import_timeout: Duration::from_secs(60),
+            import_timeout: Duration::from_secs(30),
             limits: Limits::default(),
+            max_query_vectors: 1 << 24,
         }
     }
 
@@ -370,13 +374,12 @@ impl Master {
         for _ in 0..self.options.attempts {
             let plan = {
                 let states = self.slaves.borrow();
-                plan::plan(
-                    terms,
-                    &self.catalog.borrow(),
+                let layout = plan::Layout {
                     slaves,
-                    self.options.cluster.replicas,
-                    |i| states[i].up,
-                )
+                    replicas: self.options.cluster.replicas,
+                    most: self.options.max_query_vectors,
+                };
+                plan::plan(terms, &self.catalog.borrow(), layout, |i| states[i].up)
             };
             let chains = match plan {
                 Plan::Empty => return Ok(Found::Empty),
@@ -384,6 +387,15 @@ impl Master {
                     return Err(
                         self.unavailable(format!("no live owner for {vectors} vectors"), &down)
                     );
+                }
+                Plan::TooMany { most } => {
+                    return Err(Failure::new(
+                        ErrorKind::TooLarge,
+                        format!(
+                            "too large: the terms of this query hold more than {most} existing \
+                             vectors in all; narrow them or split the query"
+                        ),
+                    ));
                 }
                 Plan::Chains(chains) => chains,
             };
@@ -512,7 +524,13 @@ impl Master {
         let work = async {
             match &query {
                 Query::Point(vid) => self.point(*vid, count, budget).await,
-                Query::Range(terms) => self.range(terms, count, budget).await,
+                Query::Range(terms) => {
+                    // AND is idempotent and commutative: each distinct term once.
+                    let mut terms = terms.clone();
+                    terms.sort_unstable_by_key(|t| (t.first, t.last));
+                    terms.dedup();
+                    self.range(&terms, count, budget).await
+                }
             }
         };
         match tokio::time::timeout(self.options.query_timeout, work).await {
