@@ -482,3 +482,33 @@ fn a_query_naming_too_many_vectors_is_refused() {
     // Repeated terms count once.
     check(&client, "R:0-21&0-21&0-21", &oracle.range(&[(0, 21)]));
 }
+
+#[test]
+fn a_hung_coordinator_is_replaced() {
+    let mut cluster = TestCluster::start(3, 1);
+    let client = cluster.client();
+    let mut oracle = Oracle::default();
+    import(&client, &mut oracle, &data());
+    // A vector that s0 does not hold: only s0 as coordinator can fail.
+    let vid = *oracle
+        .vectors
+        .keys()
+        .find(|&&v| bitfold_rpc::placement::primary(v, 3) != 0)
+        .unwrap();
+    cluster.hang_slave(0);
+    // Round robin gives every slave a turn as coordinator.
+    for _ in 0..3 {
+        check(&client, &format!("R:{vid}"), &oracle.vectors[&vid]);
+    }
+    let status = client.status().unwrap();
+    assert!(!status[0].up, "{:?}", status[0]);
+    assert!(
+        status[0]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("no answer within"),
+        "{:?}",
+        status[0]
+    );
+}
