@@ -512,3 +512,34 @@ fn a_hung_coordinator_is_replaced() {
         status[0]
     );
 }
+
+#[test]
+fn out_of_attempts_names_every_failed_machine() {
+    let mut cluster = TestCluster::start_with(3, 2, |o| o.attempts = 1);
+    let client = cluster.client();
+    let mut oracle = Oracle::default();
+    import(&client, &mut oracle, &data());
+    cluster.stop_slave(1);
+    // One attempt: the first query meets the stopped slave and has no
+    // second try; it fails naming it, and is never answered in part.
+    let mut failures = 0;
+    for _ in 0..3 {
+        match client.query("R:0-18446744073709551615", Format::Count) {
+            Ok(answer) => {
+                let all = oracle.range(&[(0, u64::MAX)]).len() as u64;
+                assert_eq!(answer, Answer::Count(all));
+            }
+            Err(err) => {
+                failures += 1;
+                assert_eq!(err.kind(), Some(ErrorKind::Unavailable), "{err}");
+                let text = err.to_string();
+                assert!(
+                    text.starts_with("unavailable: no answer after 1 attempt; failed: s1 ("),
+                    "{text}"
+                );
+                assert!(text.contains("connection refused"), "{text}");
+            }
+        }
+    }
+    assert_eq!(failures, 1, "only the query that found s1 down fails");
+}

@@ -242,12 +242,12 @@ impl Master {
                 .filter(|&i| !slaves[i].up || !slaves[i].synced)
                 .collect()
         };
-        futures::future::join_all(pending.into_iter().map(|i| self.probe(i, true))).await;
+        futures::future::join_all(pending.into_iter().map(|i| self.probe(i))).await;
     }
 
-    /// Asks slave `index` for its health (and, when `sync`, its catalog),
-    /// and records what it says.
-    async fn probe(&self, index: usize, sync: bool) {
+    /// Asks slave `index` for its health (and its catalog, when it was not
+    /// merged since the slave came up) and records what it says.
+    async fn probe(&self, index: usize) {
         let addr = self.options.cluster.slaves[index].addr.clone();
         let timeout = self.options.health_timeout();
         let health = self
@@ -269,13 +269,9 @@ impl Master {
             slaves[index].vectors = vectors;
             slaves[index].bytes = bytes;
         }
-        let needs_sync = sync && !self.slaves.borrow()[index].synced;
-        if needs_sync {
-            if let Err(reason) = self.sync_catalog(&addr).await {
-                return self.mark_down(index, &reason);
-            }
-        } else if !self.slaves.borrow()[index].synced {
-            return;
+        let synced = self.slaves.borrow()[index].synced;
+        if !synced && let Err(reason) = self.sync_catalog(&addr).await {
+            return self.mark_down(index, &reason);
         }
         if self.slaves.borrow_mut()[index].come_up() {
             tracing::info!("slave {} is up", self.slave_name(index));
@@ -332,35 +328,33 @@ impl Master {
         }
     }
 
-    fn out_of_attempts(&self, failed: &[FailedMachine]) -> Failure {
-        let mut machines: Vec<usize> = failed
-            .iter()
-            .filter_map(|f| {
-                self.options
-                    .cluster
-                    .slaves
-                    .iter()
-                    .position(|s| s.name == f.name)
-            })
-            .collect();
-        machines.sort_unstable();
-        machines.dedup();
+    /// The error when every attempt failed: the machines that failed, and why.
+    fn out_of_attempts(&self, tried: u32, failed: &[FailedMachine]) -> Failure {
+        if failed.is_empty() {
+            return Failure::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "unavailable: no answer within {}",
+                    net::seconds(self.options.query_timeout)
+                ),
+            );
+        }
+        let mut names: Vec<String> = failed.iter().map(|f| f.name.clone()).collect();
+        names.sort_unstable();
+        names.dedup();
         let reasons: Vec<String> = failed
             .iter()
             .map(|f| format!("{} ({}): {}", f.name, f.addr, f.reason))
             .collect();
-        let mut failure = self.unavailable(
-            format!(
-                "no answer after {} attempts ({})",
-                self.options.attempts,
+        Failure {
+            kind: ErrorKind::Unavailable,
+            message: format!(
+                "unavailable: no answer after {tried} attempt{}; failed: {}",
+                if tried == 1 { "" } else { "s" },
                 reasons.join("; ")
             ),
-            &machines,
-        );
-        if machines.is_empty() {
-            failure.message = format!("unavailable: no answer in time ({})", reasons.join("; "));
+            failed_machines: names,
         }
-        failure
     }
 
     async fn range(
@@ -371,7 +365,9 @@ impl Master {
     ) -> Result<Found, Failure> {
         let mut failed: Vec<FailedMachine> = Vec::new();
         let slaves = self.options.cluster.slaves.len();
-        for _ in 0..self.options.attempts {
+        let mut tried = 0;
+        while tried < self.options.attempts {
+            tried += 1;
             let plan = {
                 let states = self.slaves.borrow();
                 let layout = plan::Layout {
@@ -456,7 +452,7 @@ impl Master {
                 }
             }
         }
-        Err(self.out_of_attempts(&failed))
+        Err(self.out_of_attempts(tried, &failed))
     }
 
     fn failed(&self, index: usize, reason: String) -> FailedMachine {
@@ -481,7 +477,9 @@ impl Master {
             self.options.cluster.replicas,
         );
         let mut failed: Vec<FailedMachine> = Vec::new();
-        for _ in 0..self.options.attempts {
+        let mut tried = 0;
+        while tried < self.options.attempts {
+            tried += 1;
             let owner = owners.iter().copied().find(|&o| self.slaves.borrow()[o].up);
             let Some(owner) = owner else {
                 return Err(self.unavailable(format!("no live owner for vector {vid}"), &owners));
@@ -513,7 +511,7 @@ impl Master {
             self.mark_down(owner, &reason);
             failed.push(self.failed(owner, reason));
         }
-        Err(self.out_of_attempts(&failed))
+        Err(self.out_of_attempts(tried, &failed))
     }
 
     async fn answer(&self, message: &[u8], format: WireFormat) -> Result<Found, Failure> {
@@ -723,7 +721,7 @@ impl master::Server for Master {
         mut results: master::StatusResults,
     ) -> Result<(), capnp::Error> {
         let all = 0..self.options.cluster.slaves.len();
-        futures::future::join_all(all.map(|i| self.probe(i, false))).await;
+        futures::future::join_all(all.map(|i| self.probe(i))).await;
         let slaves = self.slaves.borrow();
         let mut list = results.get().init_slaves(slaves.len() as u32);
         for (i, (state, entry)) in slaves.iter().zip(&self.options.cluster.slaves).enumerate() {
