@@ -1,9 +1,9 @@
 //! The slave: serves its store's vectors to handler chains, coordinates
 //! queries, answers point fetches, imports, health and catalog calls.
 //!
-//! - [`handler`]: ORs its run of a chain into the partial result, straight
+//! - the handler (`handler.rs`): ORs its run of a chain into the partial result, straight
 //!   into the request to the next machine (or into its reply at the end).
-//! - [`coordinator`]: runs one chain per term concurrently and ANDs (or
+//! - the coordinator (`coordinator.rs`): runs one chain per term concurrently and ANDs (or
 //!   counts) the term vectors into its reply.
 
 pub(crate) mod coordinator;
