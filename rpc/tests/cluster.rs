@@ -543,3 +543,32 @@ fn out_of_attempts_names_every_failed_machine() {
     }
     assert_eq!(failures, 1, "only the query that found s1 down fails");
 }
+
+#[test]
+fn a_slave_that_lost_its_vectors_is_never_read_as_empty() {
+    let mut cluster = TestCluster::start(3, 2);
+    let client = cluster.client();
+    let mut oracle = Oracle::default();
+    import(&client, &mut oracle, &data());
+    cluster.restart_slave_empty(0);
+    // Its replicas answer, exactly.
+    for (message, terms) in queries().into_iter().take(6) {
+        check(&client, message, &oracle.range(&terms));
+    }
+    for vid in [0, 3, 6, 9, 12, 15] {
+        check(&client, &format!("P:{vid}"), &oracle.vectors[&vid]);
+    }
+    drop(client);
+    drop(cluster);
+
+    let mut cluster = TestCluster::start(3, 1);
+    let client = cluster.client();
+    let mut oracle = Oracle::default();
+    import(&client, &mut oracle, &data());
+    cluster.restart_slave_empty(0);
+    let err = client
+        .query("R:0-18446744073709551615", Format::Count)
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::Unavailable), "{err}");
+    assert!(err.to_string().contains("does not hold vector"), "{err}");
+}

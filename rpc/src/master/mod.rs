@@ -315,15 +315,23 @@ impl Master {
         }
     }
 
+    /// An `unavailable` error naming the down `machines` and why they are down.
     fn unavailable(&self, message: String, machines: &[usize]) -> Failure {
         let names = machines
             .iter()
             .map(|&i| self.options.cluster.slaves[i].name.clone())
             .collect();
-        let down: Vec<String> = machines.iter().map(|&i| self.slave_name(i)).collect();
+        let states = self.slaves.borrow();
+        let down: Vec<String> = machines
+            .iter()
+            .map(|&i| match &states[i].reason {
+                Some(reason) => format!("{}: {reason}", self.slave_name(i)),
+                None => self.slave_name(i),
+            })
+            .collect();
         Failure {
             kind: ErrorKind::Unavailable,
-            message: format!("unavailable: {message}; down: {}", down.join(", ")),
+            message: format!("unavailable: {message}; down: {}", down.join("; ")),
             failed_machines: names,
         }
     }
