@@ -572,3 +572,41 @@ fn a_slave_that_lost_its_vectors_is_never_read_as_empty() {
     assert_eq!(err.kind(), Some(ErrorKind::Unavailable), "{err}");
     assert!(err.to_string().contains("does not hold vector"), "{err}");
 }
+
+#[test]
+fn random_queries_match_the_oracle() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    let cluster = TestCluster::start(4, 2);
+    let client = cluster.client();
+    let mut oracle = Oracle::default();
+    let mut rng = StdRng::seed_from_u64(7);
+    let vectors: Vec<(u64, Vec<u32>)> = (0..60)
+        .map(|_| {
+            let vid = rng.random_range(0..200u64);
+            let base = rng.random_range(0..64u32) << 16;
+            let len = if rng.random_bool(0.3) { 5_000 } else { 40 };
+            let bits = (0..len)
+                .map(|_| base + rng.random_range(0..3 << 16))
+                .collect();
+            (vid, bits)
+        })
+        .collect();
+    import(&client, &mut oracle, &vectors);
+    let mut non_empty = 0;
+    for _ in 0..40 {
+        let terms: Vec<(u64, u64)> = (0..rng.random_range(1..5))
+            .map(|_| {
+                let first = rng.random_range(0..210u64);
+                (first, first + rng.random_range(0..80u64))
+            })
+            .collect();
+        let text: Vec<String> = terms.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+        check(
+            &client,
+            &format!("R:{}", text.join("&")),
+            &oracle.range(&terms),
+        );
+    }
+}
