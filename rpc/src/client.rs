@@ -376,7 +376,10 @@ struct Link {
 impl Link {
     async fn client(&self) -> Result<std::rc::Rc<Connection<master::Client>>, Error> {
         if let Some(connection) = self.connection.borrow().as_ref() {
-            return Ok(connection.clone());
+            // A master that was restarted closed the old connection: reconnect.
+            if !connection.is_closed() {
+                return Ok(connection.clone());
+            }
         }
         let connect = tokio::time::timeout(Duration::from_secs(10), net::connect(&self.addr));
         let connection = match connect.await {
@@ -514,5 +517,37 @@ impl Link {
                 .collect()
         })();
         slaves.map_err(|e| Error::Protocol(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_can_be_shared_between_threads() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Client>();
+    }
+
+    #[test]
+    fn big_imports_are_cut_into_messages() {
+        let dense = bitfold_engine::VectorBuf::from_sorted_bits(&(0..1 << 22).collect::<Vec<_>>());
+        let batch: Vec<_> = (0..40).map(|vid| (vid, dense.as_part())).collect();
+        let messages = import_messages(&batch);
+        // 40 vectors of 512 KiB in messages of at most 64 MiB.
+        assert_eq!(messages.len(), 1);
+        let batch: Vec<_> = (0..300).map(|vid| (vid, dense.as_part())).collect();
+        let messages = import_messages(&batch);
+        assert_eq!(messages.len(), 3);
+        let vids: usize = messages
+            .iter()
+            .map(|m| {
+                m.get_root_as_reader::<capnp::struct_list::Reader<'_, vid_vector::Owned>>()
+                    .unwrap()
+                    .len() as usize
+            })
+            .sum();
+        assert_eq!(vids, 300);
     }
 }

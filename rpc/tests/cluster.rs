@@ -333,6 +333,22 @@ fn without_a_replica_a_hung_slave_makes_the_answer_unavailable_until_it_returns(
 }
 
 #[test]
+fn restarted_slaves_are_used_at_once() {
+    let mut cluster = TestCluster::start(4, 1);
+    let client = cluster.client();
+    let mut oracle = Oracle::default();
+    import(&client, &mut oracle, &data());
+    check(&client, "R:0-60", &oracle.range(&[(0, 60)]));
+    for i in 0..4 {
+        cluster.restart_slave(i);
+    }
+    // The old connections closed with the old processes: no slave is
+    // taken for down, the first query after the restart answers.
+    check(&client, "R:0-60", &oracle.range(&[(0, 60)]));
+    check(&client, "P:3", &oracle.vectors[&3]);
+}
+
+#[test]
 fn a_stopped_coordinator_is_replaced() {
     let mut cluster = TestCluster::start(3, 3);
     let client = cluster.client();
@@ -447,4 +463,149 @@ fn connecting_to_nothing_says_how_to_fix_it() {
             "cannot reach the master at {addr}: connection refused (start it with `bitfold up`)"
         )
     );
+}
+
+#[test]
+fn a_query_naming_too_many_vectors_is_refused() {
+    let cluster = TestCluster::start_with(2, 1, |o| o.max_query_vectors = 10);
+    let client = cluster.client();
+    let mut oracle = Oracle::default();
+    import(&client, &mut oracle, &data());
+    let err = client
+        .query("R:0-18446744073709551615", Format::Count)
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::TooLarge), "{err}");
+    assert!(
+        err.to_string().contains("more than 10 existing vectors"),
+        "{err}"
+    );
+    // Repeated terms count once.
+    check(&client, "R:0-21&0-21&0-21", &oracle.range(&[(0, 21)]));
+}
+
+#[test]
+fn a_hung_coordinator_is_replaced() {
+    let mut cluster = TestCluster::start(3, 1);
+    let client = cluster.client();
+    let mut oracle = Oracle::default();
+    import(&client, &mut oracle, &data());
+    // A vector that s0 does not hold: only s0 as coordinator can fail.
+    let vid = *oracle
+        .vectors
+        .keys()
+        .find(|&&v| bitfold_rpc::placement::primary(v, 3) != 0)
+        .unwrap();
+    cluster.hang_slave(0);
+    // Round robin gives every slave a turn as coordinator.
+    for _ in 0..3 {
+        check(&client, &format!("R:{vid}"), &oracle.vectors[&vid]);
+    }
+    let status = client.status().unwrap();
+    assert!(!status[0].up, "{:?}", status[0]);
+    assert!(
+        status[0]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("no answer within"),
+        "{:?}",
+        status[0]
+    );
+}
+
+#[test]
+fn out_of_attempts_names_every_failed_machine() {
+    let mut cluster = TestCluster::start_with(3, 2, |o| o.attempts = 1);
+    let client = cluster.client();
+    let mut oracle = Oracle::default();
+    import(&client, &mut oracle, &data());
+    cluster.stop_slave(1);
+    // One attempt: the first query meets the stopped slave and has no
+    // second try; it fails naming it, and is never answered in part.
+    let mut failures = 0;
+    for _ in 0..3 {
+        match client.query("R:0-18446744073709551615", Format::Count) {
+            Ok(answer) => {
+                let all = oracle.range(&[(0, u64::MAX)]).len() as u64;
+                assert_eq!(answer, Answer::Count(all));
+            }
+            Err(err) => {
+                failures += 1;
+                assert_eq!(err.kind(), Some(ErrorKind::Unavailable), "{err}");
+                let text = err.to_string();
+                assert!(
+                    text.starts_with("unavailable: no answer after 1 attempt; failed: s1 ("),
+                    "{text}"
+                );
+                assert!(text.contains("connection refused"), "{text}");
+            }
+        }
+    }
+    assert_eq!(failures, 1, "only the query that found s1 down fails");
+}
+
+#[test]
+fn a_slave_that_lost_its_vectors_is_never_read_as_empty() {
+    let mut cluster = TestCluster::start(3, 2);
+    let client = cluster.client();
+    let mut oracle = Oracle::default();
+    import(&client, &mut oracle, &data());
+    cluster.restart_slave_empty(0);
+    // Its replicas answer, exactly.
+    for (message, terms) in queries().into_iter().take(6) {
+        check(&client, message, &oracle.range(&terms));
+    }
+    for vid in [0, 3, 6, 9, 12, 15] {
+        check(&client, &format!("P:{vid}"), &oracle.vectors[&vid]);
+    }
+    drop(client);
+    drop(cluster);
+
+    let mut cluster = TestCluster::start(3, 1);
+    let client = cluster.client();
+    let mut oracle = Oracle::default();
+    import(&client, &mut oracle, &data());
+    cluster.restart_slave_empty(0);
+    let err = client
+        .query("R:0-18446744073709551615", Format::Count)
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::Unavailable), "{err}");
+    assert!(err.to_string().contains("does not hold vector"), "{err}");
+}
+
+#[test]
+fn random_queries_match_the_oracle() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    let cluster = TestCluster::start(4, 2);
+    let client = cluster.client();
+    let mut oracle = Oracle::default();
+    let mut rng = StdRng::seed_from_u64(7);
+    let vectors: Vec<(u64, Vec<u32>)> = (0..60)
+        .map(|_| {
+            let vid = rng.random_range(0..200u64);
+            let base = rng.random_range(0..64u32) << 16;
+            let len = if rng.random_bool(0.3) { 5_000 } else { 40 };
+            let bits = (0..len)
+                .map(|_| base + rng.random_range(0..3 << 16))
+                .collect();
+            (vid, bits)
+        })
+        .collect();
+    import(&client, &mut oracle, &vectors);
+    let mut non_empty = 0;
+    for _ in 0..40 {
+        let terms: Vec<(u64, u64)> = (0..rng.random_range(1..5))
+            .map(|_| {
+                let first = rng.random_range(0..210u64);
+                (first, first + rng.random_range(0..80u64))
+            })
+            .collect();
+        let text: Vec<String> = terms.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+        let expected = oracle.range(&terms);
+        non_empty += usize::from(!expected.is_empty());
+        check(&client, &format!("R:{}", text.join("&")), &expected);
+    }
+    assert!(non_empty >= 10, "only {non_empty} answers hold bits");
 }

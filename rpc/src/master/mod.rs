@@ -72,11 +72,14 @@ pub struct MasterOptions {
     pub query_timeout: Duration,
     /// How often a down slave is probed (default 1 s).
     pub probe_interval: Duration,
-    /// The longest an import may wait for an owner that is up (default 60 s;
+    /// The longest an import may wait for an owner that is up (default 30 s;
     /// an owner already marked down gets `rpc_timeout`).
     pub import_timeout: Duration,
     /// Size limits on query messages.
     pub limits: Limits,
+    /// The most existing vectors the terms of one query may hold in all
+    /// (default 2^24: the chains of a query travel in one message).
+    pub max_query_vectors: usize,
 }
 
 impl MasterOptions {
@@ -95,8 +98,9 @@ impl MasterOptions {
             attempts: 3,
             query_timeout: Duration::from_secs(30),
             probe_interval: Duration::from_secs(1),
-            import_timeout: Duration::from_secs(60),
+            import_timeout: Duration::from_secs(30),
             limits: Limits::default(),
+            max_query_vectors: 1 << 24,
         }
     }
 
@@ -238,12 +242,12 @@ impl Master {
                 .filter(|&i| !slaves[i].up || !slaves[i].synced)
                 .collect()
         };
-        futures::future::join_all(pending.into_iter().map(|i| self.probe(i, true))).await;
+        futures::future::join_all(pending.into_iter().map(|i| self.probe(i))).await;
     }
 
-    /// Asks slave `index` for its health (and, when `sync`, its catalog),
-    /// and records what it says.
-    async fn probe(&self, index: usize, sync: bool) {
+    /// Asks slave `index` for its health (and its catalog, when it was not
+    /// merged since the slave came up) and records what it says.
+    async fn probe(&self, index: usize) {
         let addr = self.options.cluster.slaves[index].addr.clone();
         let timeout = self.options.health_timeout();
         let health = self
@@ -265,13 +269,9 @@ impl Master {
             slaves[index].vectors = vectors;
             slaves[index].bytes = bytes;
         }
-        let needs_sync = sync && !self.slaves.borrow()[index].synced;
-        if needs_sync {
-            if let Err(reason) = self.sync_catalog(&addr).await {
-                return self.mark_down(index, &reason);
-            }
-        } else if !self.slaves.borrow()[index].synced {
-            return;
+        let synced = self.slaves.borrow()[index].synced;
+        if !synced && let Err(reason) = self.sync_catalog(&addr).await {
+            return self.mark_down(index, &reason);
         }
         if self.slaves.borrow_mut()[index].come_up() {
             tracing::info!("slave {} is up", self.slave_name(index));
@@ -315,48 +315,54 @@ impl Master {
         }
     }
 
+    /// An `unavailable` error naming the down `machines` and why they are down.
     fn unavailable(&self, message: String, machines: &[usize]) -> Failure {
         let names = machines
             .iter()
             .map(|&i| self.options.cluster.slaves[i].name.clone())
             .collect();
-        let down: Vec<String> = machines.iter().map(|&i| self.slave_name(i)).collect();
+        let states = self.slaves.borrow();
+        let down: Vec<String> = machines
+            .iter()
+            .map(|&i| match &states[i].reason {
+                Some(reason) => format!("{}: {reason}", self.slave_name(i)),
+                None => self.slave_name(i),
+            })
+            .collect();
         Failure {
             kind: ErrorKind::Unavailable,
-            message: format!("unavailable: {message}; down: {}", down.join(", ")),
+            message: format!("unavailable: {message}; down: {}", down.join("; ")),
             failed_machines: names,
         }
     }
 
-    fn out_of_attempts(&self, failed: &[FailedMachine]) -> Failure {
-        let mut machines: Vec<usize> = failed
-            .iter()
-            .filter_map(|f| {
-                self.options
-                    .cluster
-                    .slaves
-                    .iter()
-                    .position(|s| s.name == f.name)
-            })
-            .collect();
-        machines.sort_unstable();
-        machines.dedup();
+    /// The error when every attempt failed: the machines that failed, and why.
+    fn out_of_attempts(&self, tried: u32, failed: &[FailedMachine]) -> Failure {
+        if failed.is_empty() {
+            return Failure::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "unavailable: no answer within {}",
+                    net::seconds(self.options.query_timeout)
+                ),
+            );
+        }
+        let mut names: Vec<String> = failed.iter().map(|f| f.name.clone()).collect();
+        names.sort_unstable();
+        names.dedup();
         let reasons: Vec<String> = failed
             .iter()
             .map(|f| format!("{} ({}): {}", f.name, f.addr, f.reason))
             .collect();
-        let mut failure = self.unavailable(
-            format!(
-                "no answer after {} attempts ({})",
-                self.options.attempts,
+        Failure {
+            kind: ErrorKind::Unavailable,
+            message: format!(
+                "unavailable: no answer after {tried} attempt{}; failed: {}",
+                if tried == 1 { "" } else { "s" },
                 reasons.join("; ")
             ),
-            &machines,
-        );
-        if machines.is_empty() {
-            failure.message = format!("unavailable: no answer in time ({})", reasons.join("; "));
+            failed_machines: names,
         }
-        failure
     }
 
     async fn range(
@@ -367,16 +373,17 @@ impl Master {
     ) -> Result<Found, Failure> {
         let mut failed: Vec<FailedMachine> = Vec::new();
         let slaves = self.options.cluster.slaves.len();
-        for _ in 0..self.options.attempts {
+        let mut tried = 0;
+        while tried < self.options.attempts {
+            tried += 1;
             let plan = {
                 let states = self.slaves.borrow();
-                plan::plan(
-                    terms,
-                    &self.catalog.borrow(),
+                let layout = plan::Layout {
                     slaves,
-                    self.options.cluster.replicas,
-                    |i| states[i].up,
-                )
+                    replicas: self.options.cluster.replicas,
+                    most: self.options.max_query_vectors,
+                };
+                plan::plan(terms, &self.catalog.borrow(), layout, |i| states[i].up)
             };
             let chains = match plan {
                 Plan::Empty => return Ok(Found::Empty),
@@ -384,6 +391,15 @@ impl Master {
                     return Err(
                         self.unavailable(format!("no live owner for {vectors} vectors"), &down)
                     );
+                }
+                Plan::TooMany { most } => {
+                    return Err(Failure::new(
+                        ErrorKind::TooLarge,
+                        format!(
+                            "too large: the terms of this query hold more than {most} existing \
+                             vectors in all; narrow them or split the query"
+                        ),
+                    ));
                 }
                 Plan::Chains(chains) => chains,
             };
@@ -444,7 +460,7 @@ impl Master {
                 }
             }
         }
-        Err(self.out_of_attempts(&failed))
+        Err(self.out_of_attempts(tried, &failed))
     }
 
     fn failed(&self, index: usize, reason: String) -> FailedMachine {
@@ -469,7 +485,9 @@ impl Master {
             self.options.cluster.replicas,
         );
         let mut failed: Vec<FailedMachine> = Vec::new();
-        for _ in 0..self.options.attempts {
+        let mut tried = 0;
+        while tried < self.options.attempts {
+            tried += 1;
             let owner = owners.iter().copied().find(|&o| self.slaves.borrow()[o].up);
             let Some(owner) = owner else {
                 return Err(self.unavailable(format!("no live owner for vector {vid}"), &owners));
@@ -501,7 +519,7 @@ impl Master {
             self.mark_down(owner, &reason);
             failed.push(self.failed(owner, reason));
         }
-        Err(self.out_of_attempts(&failed))
+        Err(self.out_of_attempts(tried, &failed))
     }
 
     async fn answer(&self, message: &[u8], format: WireFormat) -> Result<Found, Failure> {
@@ -512,7 +530,13 @@ impl Master {
         let work = async {
             match &query {
                 Query::Point(vid) => self.point(*vid, count, budget).await,
-                Query::Range(terms) => self.range(terms, count, budget).await,
+                Query::Range(terms) => {
+                    // AND is idempotent and commutative: each distinct term once.
+                    let mut terms = terms.clone();
+                    terms.sort_unstable_by_key(|t| (t.first, t.last));
+                    terms.dedup();
+                    self.range(&terms, count, budget).await
+                }
             }
         };
         match tokio::time::timeout(self.options.query_timeout, work).await {
@@ -705,7 +729,7 @@ impl master::Server for Master {
         mut results: master::StatusResults,
     ) -> Result<(), capnp::Error> {
         let all = 0..self.options.cluster.slaves.len();
-        futures::future::join_all(all.map(|i| self.probe(i, false))).await;
+        futures::future::join_all(all.map(|i| self.probe(i))).await;
         let slaves = self.slaves.borrow();
         let mut list = results.get().init_slaves(slaves.len() as u32);
         for (i, (state, entry)) in slaves.iter().zip(&self.options.cluster.slaves).enumerate() {

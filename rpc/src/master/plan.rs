@@ -62,15 +62,27 @@ pub(crate) enum Plan {
     Chains(Vec<Chain>),
     /// Some vectors have no live owner: how many, and their down owners.
     NoOwner { vectors: usize, down: Vec<usize> },
+    /// The terms hold more than the most vectors a query may name.
+    TooMany { most: usize },
 }
 
-/// Plans `terms` over `catalog` for `slaves` slaves with `replicas` copies;
-/// `up(i)` says whether slave `i` is live.
+/// Where the vectors of a query live.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layout {
+    /// Slaves in the cluster.
+    pub(crate) slaves: usize,
+    /// Copies of each vector.
+    pub(crate) replicas: usize,
+    /// The most existing vectors a query's terms may hold in all (the
+    /// chains must fit one message).
+    pub(crate) most: usize,
+}
+
+/// Plans `terms` over `catalog`; `up(i)` says whether slave `i` is live.
 pub(crate) fn plan(
     terms: &[Term],
     catalog: &Catalog,
-    slaves: usize,
-    replicas: usize,
+    layout: Layout,
     up: impl Fn(usize) -> bool,
 ) -> Plan {
     if terms
@@ -79,6 +91,19 @@ pub(crate) fn plan(
     {
         return Plan::Empty;
     }
+    let mut named = 0;
+    for term in terms {
+        named += catalog
+            .range(term.first, term.last)
+            .take(layout.most + 1 - named)
+            .count();
+        if named > layout.most {
+            return Plan::TooMany { most: layout.most };
+        }
+    }
+    let Layout {
+        slaves, replicas, ..
+    } = layout;
     let mut chains = Vec::with_capacity(terms.len());
     let mut orphans = 0;
     let mut down = Vec::new();
@@ -156,12 +181,24 @@ mod tests {
         Term { first, last }
     }
 
+    fn layout(slaves: usize, replicas: usize) -> Layout {
+        Layout {
+            slaves,
+            replicas,
+            most: 1000,
+        }
+    }
+
     #[test]
     fn chains_list_existing_vids_sorted_by_machine() {
         let vids: Vec<u64> = (0..40).chain([u64::MAX]).collect();
         let (_dir, catalog) = catalog(&vids);
-        let Plan::Chains(chains) = plan(&[term(0, u64::MAX), term(5, 9)], &catalog, 4, 1, |_| true)
-        else {
+        let Plan::Chains(chains) = plan(
+            &[term(0, u64::MAX), term(5, 9)],
+            &catalog,
+            layout(4, 1),
+            |_| true,
+        ) else {
             panic!("a plan with chains")
         };
         assert_eq!(chains[0].len(), 41);
@@ -178,7 +215,9 @@ mod tests {
     fn an_empty_term_empties_the_answer() {
         let (_dir, catalog) = catalog(&[1, 2, 3]);
         assert_eq!(
-            plan(&[term(1, 3), term(4, 100)], &catalog, 2, 1, |_| false),
+            plan(&[term(1, 3), term(4, 100)], &catalog, layout(2, 1), |_| {
+                false
+            }),
             Plan::Empty
         );
     }
@@ -187,12 +226,12 @@ mod tests {
     fn down_owners_are_replaced_by_replicas_or_reported() {
         let vids: Vec<u64> = (0..30).collect();
         let (_dir, catalog) = catalog(&vids);
-        let Plan::Chains(chains) = plan(&[term(0, 29)], &catalog, 3, 2, |s| s != 1) else {
+        let Plan::Chains(chains) = plan(&[term(0, 29)], &catalog, layout(3, 2), |s| s != 1) else {
             panic!("replicas cover one down slave")
         };
         assert!(chains[0].iter().all(|&(m, _)| m != 1));
         assert_eq!(chains[0].len(), 30);
-        match plan(&[term(0, 29)], &catalog, 3, 1, |s| s != 1) {
+        match plan(&[term(0, 29)], &catalog, layout(3, 1), |s| s != 1) {
             Plan::NoOwner { vectors, down } => {
                 let on_1 = vids
                     .iter()
@@ -202,6 +241,21 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_query_names_a_bounded_number_of_vectors() {
+        let vids: Vec<u64> = (0..600).collect();
+        let (_dir, catalog) = catalog(&vids);
+        let terms = [term(0, 599), term(100, 599)];
+        assert_eq!(
+            plan(&terms, &catalog, layout(2, 1), |_| true),
+            Plan::TooMany { most: 1000 }
+        );
+        assert!(matches!(
+            plan(&terms[1..], &catalog, layout(2, 1), |_| true),
+            Plan::Chains(_)
+        ));
     }
 
     #[test]

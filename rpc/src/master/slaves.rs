@@ -1,5 +1,5 @@
-//! The master's view of its slaves: up or down since when and why, what
-//! they hold, and the background probe that brings a down slave back.
+//! The master's view of each slave: up or down, since when and why, and
+//! what it holds.
 
 use std::time::SystemTime;
 

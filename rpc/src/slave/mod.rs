@@ -1,9 +1,9 @@
 //! The slave: serves its store's vectors to handler chains, coordinates
 //! queries, answers point fetches, imports, health and catalog calls.
 //!
-//! - [`handler`]: ORs its run of a chain into the partial result, straight
+//! - the handler (`handler.rs`): ORs its run of a chain into the partial result, straight
 //!   into the request to the next machine (or into its reply at the end).
-//! - [`coordinator`]: runs one chain per term concurrently and ANDs (or
+//! - the coordinator (`coordinator.rs`): runs one chain per term concurrently and ANDs (or
 //!   counts) the term vectors into its reply.
 
 pub(crate) mod coordinator;
@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use bitfold_engine::VectorPart;
 use bitfold_engine::fold::UnionPlan;
-use bitfold_engine::store::Store;
+use bitfold_engine::store::{Store, StoreError};
 
-use crate::bitfold_capnp::{Want, slave};
+use crate::bitfold_capnp::{Want, slave, vid_vector};
 use crate::budget::{self, Budget};
 use crate::net::{self, Pool};
 use crate::wire;
@@ -140,39 +140,34 @@ impl slave::Server for Slave {
         std::future::ready(answer)
     }
 
-    fn import(
+    async fn import(
         self: capnp::capability::Rc<Self>,
         params: slave::ImportParams,
         mut results: slave::ImportResults,
-    ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
-        let answer = (|| -> capnp::Result<()> {
-            let vectors = params.get()?.get_vectors()?;
-            let mut wire_parts = Vec::new();
-            for vector in vectors.iter() {
-                let vid = vector.get_vid();
-                for part in wire::read_parts(vector.get_parts()?)? {
-                    wire_parts.push((vid, part));
-                }
+    ) -> Result<(), capnp::Error> {
+        // The store fsyncs: do it on a blocking thread, so that this slave
+        // keeps serving handler chains meanwhile. The vectors are copied
+        // out of the request for that (a copy is cheap next to an fsync).
+        let mut batch = capnp::message::Builder::new_default();
+        batch.set_root(params.get()?.get_vectors()?)?;
+        drop(params);
+        let store = self.store.clone();
+        let stored = tokio::task::spawn_blocking(move || import_batch(&store, &batch))
+            .await
+            .map_err(wire::failed)??;
+        let outcome = results.get().init_outcome();
+        match stored {
+            Ok(()) => {
+                let mut outcome = outcome;
+                outcome.set_ok(());
             }
-            let mut batch = Vec::with_capacity(wire_parts.len());
-            for (vid, part) in &wire_parts {
-                batch.push((*vid, part.view().map_err(wire::failed)?));
+            Err(err) => {
+                let mut error = outcome.init_error();
+                error.set_kind(crate::bitfold_capnp::ErrorKind::Internal);
+                error.set_message(format!("the slave could not store the vectors: {err}"));
             }
-            let outcome = results.get().init_outcome();
-            match self.store.import(&batch) {
-                Ok(_) => {
-                    let mut outcome = outcome;
-                    outcome.set_ok(());
-                }
-                Err(err) => {
-                    let mut error = outcome.init_error();
-                    error.set_kind(crate::bitfold_capnp::ErrorKind::Internal);
-                    error.set_message(format!("the slave could not store the vectors: {err}"));
-                }
-            }
-            Ok(())
-        })();
-        std::future::ready(answer)
+        }
+        Ok(())
     }
 
     fn health(
@@ -210,6 +205,27 @@ impl Slave {
     pub(crate) fn budget(&self, arrived: std::time::Instant, micros: u64) -> Budget {
         Budget::from_micros(arrived, micros.min(budget::micros(self.max_budget)))
     }
+}
+
+/// Validates the vectors of an import message and stores them durably.
+fn import_batch(
+    store: &Store,
+    message: &capnp::message::Builder<capnp::message::HeapAllocator>,
+) -> capnp::Result<Result<(), StoreError>> {
+    let vectors: capnp::struct_list::Reader<'_, vid_vector::Owned> =
+        message.get_root_as_reader()?;
+    let mut wire_parts = Vec::new();
+    for vector in vectors.iter() {
+        let vid = vector.get_vid();
+        for part in wire::read_parts(vector.get_parts()?)? {
+            wire_parts.push((vid, part));
+        }
+    }
+    let mut batch = Vec::with_capacity(wire_parts.len());
+    for (vid, part) in &wire_parts {
+        batch.push((*vid, part.view().map_err(wire::failed)?));
+    }
+    Ok(store.import(&batch).map(|_| ()))
 }
 
 /// The number of bits in the union `plan` was made from, without keeping it.

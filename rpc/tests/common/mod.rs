@@ -204,6 +204,14 @@ impl TestCluster {
         self.slaves[i] = server;
     }
 
+    /// Starts slave `i` again on its address with an empty store (its data lost).
+    pub fn restart_slave_empty(&mut self, i: usize) {
+        let dir = tempfile::tempdir().unwrap();
+        self.stores[i] = Arc::new(Store::open(dir.path()).unwrap());
+        self._store_dirs.push(dir);
+        self.restart_slave(i);
+    }
+
     /// Stops the master and starts a new one on the same data directory.
     pub fn restart_master(&mut self) {
         if let Some(mut master) = self.master.take() {
