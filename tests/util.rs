@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::Duration;
 
@@ -43,6 +43,8 @@ pub struct Server {
     child: Child,
     /// The address it printed when it became ready.
     pub addr: String,
+    /// Everything it has written on stderr so far.
+    log: Arc<Mutex<String>>,
 }
 
 impl Server {
@@ -66,26 +68,33 @@ impl Server {
                 }
             }
         });
+        let log = Arc::new(Mutex::new(String::new()));
         let stderr = child.stderr.take().expect("stderr is piped");
-        let (err_tx, err_rx) = mpsc::channel();
+        let (closed_tx, closed) = mpsc::channel::<()>();
+        let sink = Arc::clone(&log);
         thread::spawn(move || {
-            let text: Vec<String> = BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-                .collect();
-            let _ = err_tx.send(text.join("\n"));
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+            drop(closed_tx);
         });
         match rx.recv_timeout(READY_TIMEOUT) {
-            Ok(addr) => Ok(Server { child, addr }),
+            Ok(addr) => Ok(Server { child, addr, log }),
             Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                let err = err_rx
-                    .recv_timeout(Duration::from_secs(5))
-                    .unwrap_or_default();
-                Err(format!("bitfold {what} did not become ready: {err}"))
+                let _ = closed.recv_timeout(Duration::from_secs(5));
+                let log = log.lock().unwrap().clone();
+                Err(format!("bitfold {what} did not become ready: {log}"))
             }
         }
+    }
+
+    /// What the process has written on stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
     }
 
     /// The process id.

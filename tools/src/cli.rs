@@ -74,15 +74,19 @@ pub struct MasterArgs {
     /// How the coordinator slave of each range query is chosen.
     #[arg(long, value_enum, default_value_t = Policy::RoundRobin)]
     pub policy: Policy,
-    /// Longest wait for any one slave call before the slave is reported failed.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
-    pub rpc_timeout: Duration,
-    /// Most attempts at one query (each retry avoids the machines that failed).
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    pub attempts: u32,
-    /// Longest time a query may take in all, retries included.
-    #[arg(long, value_name = "DURATION", default_value = "25s", value_parser = parse_duration)]
-    pub query_timeout: Duration,
+    /// Longest one attempt at a query may take (the coordinator and every
+    /// chain under it) before its machines are reported failed [default: 5s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub rpc_timeout: Option<Duration>,
+    /// Most attempts at one query; each retry avoids the machines that failed [default: 3].
+    #[arg(long, value_name = "N")]
+    pub attempts: Option<u32>,
+    /// Longest time a query may take in all, retries included [default: 30s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub query_timeout: Option<Duration>,
+    /// How often a slave that is down is probed, to be used again once it answers [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub probe_interval: Option<Duration>,
 }
 
 /// Coordinator choice, as the master's `--policy` flag spells it.

@@ -5,6 +5,7 @@
 mod cli;
 mod commands;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -19,6 +20,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match commands::run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,

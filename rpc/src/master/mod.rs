@@ -455,6 +455,10 @@ impl Master {
                     }
                 },
                 Err(reason) => {
+                    tracing::warn!(
+                        "coordinator {} failed ({reason}); the query is tried again elsewhere",
+                        self.slave_name(coordinator)
+                    );
                     self.mark_down(coordinator, &reason);
                     failed.push(self.failed(coordinator, reason));
                 }

@@ -22,13 +22,12 @@ pub fn master(args: MasterArgs) -> anyhow::Result<()> {
     let data_dir = args
         .data_dir
         .unwrap_or_else(|| default_master_dir(&args.cluster));
-    let options = MasterOptions {
-        policy: policy(args.policy),
-        rpc_timeout: args.rpc_timeout,
-        attempts: args.attempts,
-        query_timeout: args.query_timeout,
-        ..MasterOptions::new(args.listen, cluster, data_dir)
-    };
+    let mut options = MasterOptions::new(args.listen, cluster, data_dir);
+    options.policy = policy(args.policy);
+    options.rpc_timeout = args.rpc_timeout.unwrap_or(options.rpc_timeout);
+    options.attempts = args.attempts.unwrap_or(options.attempts);
+    options.query_timeout = args.query_timeout.unwrap_or(options.query_timeout);
+    options.probe_interval = args.probe_interval.unwrap_or(options.probe_interval);
     master::run(options, |addr| println!("master listening on {addr}"))
         .with_context(|| format!("the master for {} stopped", args.cluster.display()))?;
     Ok(())
