@@ -4,6 +4,7 @@
 
 mod util;
 
+mod bench;
 mod cli;
 mod cluster;
 mod failures;

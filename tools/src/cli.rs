@@ -46,6 +46,17 @@ pub enum Command {
     Status(StatusArgs),
     /// Write the demo's sample bitmap index (deterministic) as roaring files.
     Sample(SampleArgs),
+    /// Measure large range queries: load a data set, run a workload, report queries/s.
+    ///
+    /// Generates a data set from `--seed` (vector `i` is vid `FIRST_VID + i`,
+    /// each bit set with probability `--density`), loads it into a local
+    /// cluster started for the run (or into `--master`), then runs queries of
+    /// `--terms` terms, each the range of `--vids-per-term` consecutive vids
+    /// at a random place, from `--concurrency` clients, and reports queries/s,
+    /// latency percentiles (over every measured query) and the bytes of
+    /// vectors the queries had to read per second. The same seed gives the
+    /// same vectors and queries on every run.
+    Bench(BenchArgs),
 }
 
 /// `bitfold slave`.
@@ -197,6 +208,123 @@ pub struct SampleArgs {
     pub out: PathBuf,
 }
 
+/// `bitfold bench`.
+#[derive(Debug, Args)]
+#[command(after_help = BENCH_EXAMPLES)]
+pub struct BenchArgs {
+    /// A running master to load and query [default: start a local cluster for the run].
+    #[arg(long, value_name = "HOST:PORT")]
+    pub master: Option<String>,
+    /// With `--master`: the data set is already loaded (by an earlier run with the same data flags).
+    #[arg(long, requires = "master")]
+    pub skip_load: bool,
+    /// Slaves of the local cluster.
+    #[arg(long, value_name = "N", default_value_t = 4, conflicts_with = "master")]
+    pub slaves: usize,
+    /// Copies of every vector in the local cluster.
+    #[arg(long, value_name = "R", default_value_t = 1, conflicts_with = "master")]
+    pub replicas: usize,
+    /// How the local cluster's master picks each query's coordinator.
+    #[arg(long, value_enum, default_value_t = Policy::RoundRobin, conflicts_with = "master")]
+    pub policy: Policy,
+    /// Take the data set from a directory of `<vid>.roaring` files instead of generating it.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["vectors", "bits", "density", "first_vid"])]
+    pub data: Option<PathBuf>,
+    /// Vectors to generate.
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    pub vectors: u64,
+    /// Bits per vector (positions `0..BITS`, at most 2^32); `2^20` is accepted.
+    #[arg(long, value_name = "BITS", default_value = "2^20", value_parser = parse_bits)]
+    pub bits: u64,
+    /// Probability that a bit is set: `0.5`, `1%`, `0.0001`.
+    #[arg(long, value_name = "P", default_value = "0.5", value_parser = parse_density)]
+    pub density: f64,
+    /// Vid of the first generated vector (the others follow it).
+    #[arg(long, value_name = "VID", default_value_t = 0)]
+    pub first_vid: u64,
+    /// Terms ANDed by each query.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub terms: usize,
+    /// Existing vids ORed by each term (a range of consecutive vids).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub vids_per_term: usize,
+    /// The form answers are asked in.
+    #[arg(long, value_enum, default_value_t = BenchForm::Count)]
+    pub form: BenchForm,
+    /// Queries in flight at once, each from its own client connection.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub concurrency: usize,
+    /// Queries to run (after the warm-up) [default: 1000 unless --duration is given].
+    #[arg(long, value_name = "N", conflicts_with = "duration")]
+    pub queries: Option<u64>,
+    /// Run for this long instead of a number of queries (`30s`, `2m`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Queries run before measuring, to warm caches and connections.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub warmup: u64,
+    /// Seed of the data set and of the queries.
+    #[arg(long, value_name = "SEED", default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON object on one line instead of the report for people.
+    #[arg(long)]
+    pub json: bool,
+}
+
+const BENCH_EXAMPLES: &str = "\
+Examples:
+  bitfold bench                                  # the default workload on a local cluster of 4 slaves
+  bitfold bench --density 1% --duration 30s --json
+  bitfold bench --vectors 16 --bits 2^26 --terms 1 --vids-per-term 4 --form words
+  bitfold bench --master 127.0.0.1:7100 --first-vid 1000000   # load into and query a running cluster";
+
+/// `--form` of `bitfold bench`: the answer form, as the DBMS interface names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchForm {
+    /// The number of set bits only.
+    Count,
+    /// The dense little-endian words.
+    Words,
+    /// The portable Roaring serialization.
+    Roaring,
+}
+
+/// Parses a bit count: `1048576` or `2^20`.
+pub fn parse_bits(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let bits = match text.split_once('^') {
+        Some(("2", exponent)) => exponent
+            .parse::<u32>()
+            .ok()
+            .and_then(|e| 1u64.checked_shl(e)),
+        Some(_) => None,
+        None => text.parse().ok(),
+    }
+    .ok_or_else(|| format!("`{text}` is not a number of bits: write it like 1048576 or 2^20"))?;
+    if bits == 0 || bits > 1 << 32 {
+        return Err(format!(
+            "{bits} bits per vector: it must be between 1 and 2^32 (bit positions are 32-bit)"
+        ));
+    }
+    Ok(bits)
+}
+
+/// Parses a density: `0.5` or `50%`, strictly between 0 and 1 (1 allowed).
+pub fn parse_density(text: &str) -> Result<f64, String> {
+    let text = text.trim();
+    let value = match text.strip_suffix('%') {
+        Some(percent) => percent.trim().parse::<f64>().map(|p| p / 100.0),
+        None => text.parse::<f64>(),
+    }
+    .map_err(|_| format!("`{text}` is not a density: write it like 0.5, 1% or 0.0001"))?;
+    if !(value > 0.0 && value <= 1.0) {
+        return Err(format!(
+            "density {text} is outside (0, 1]: it is the probability that a bit is set"
+        ));
+    }
+    Ok(value)
+}
+
 /// Parses `250ms`, `5s`, `2m` (a bare number is seconds).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -234,5 +362,20 @@ mod tests {
         assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("5h").unwrap_err().contains("unknown unit"));
         assert!(parse_duration("fast").is_err());
+    }
+
+    #[test]
+    fn bench_sizes_parse_as_written() {
+        assert_eq!(parse_bits("2^20"), Ok(1 << 20));
+        assert_eq!(parse_bits("1048576"), Ok(1 << 20));
+        assert_eq!(parse_bits("2^32"), Ok(1 << 32));
+        assert!(parse_bits("2^33").unwrap_err().contains("2^32"));
+        assert!(parse_bits("0").is_err());
+        assert!(parse_bits("3^4").is_err());
+        assert_eq!(parse_density("1%"), Ok(0.01));
+        assert_eq!(parse_density("0.5"), Ok(0.5));
+        assert!(parse_density("0").is_err());
+        assert!(parse_density("150%").is_err());
+        assert!(parse_density("half").is_err());
     }
 }

@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 use bitfold_engine::fold::{Term, UnionPlan, intersection_count};
 use bitfold_engine::{VectorBuf, portable};
 use bitfold_rpc::client::Client;
+use bitfold_rpc::master::CoordinatorPolicy;
 use bitfold_rpc::query::{self, Query};
 
 use super::import::{Destination, import_paths};
@@ -32,7 +33,13 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let dir = tempfile::tempdir().context("cannot create a temporary directory for the demo")?;
     let (stops, _stopped) = mpsc::channel();
     let cluster = numbered_cluster(SLAVES, REPLICAS, 0)?;
-    let local = LocalCluster::start(&Layout::new(dir.path()), cluster, "127.0.0.1:0", &stops)?;
+    let local = LocalCluster::start(
+        &Layout::new(dir.path()),
+        cluster,
+        "127.0.0.1:0",
+        CoordinatorPolicy::default(),
+        &stops,
+    )?;
     println!(
         "Started a local cluster: a master on {} and {SLAVES} slaves, {REPLICAS} copies of every vector.",
         local.master
@@ -110,7 +117,7 @@ fn shown_path(path: &Path) -> PathBuf {
 }
 
 /// Every `<vid>.roaring` file in `dir`, decoded.
-fn read_vectors(dir: &Path) -> anyhow::Result<BTreeMap<u64, VectorBuf>> {
+pub fn read_vectors(dir: &Path) -> anyhow::Result<BTreeMap<u64, VectorBuf>> {
     let mut vectors = BTreeMap::new();
     for entry in fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
         let path = entry?.path();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bitfold_rpc::cluster::{ClusterConfig, SlaveEntry};
-use bitfold_rpc::master::{self, MasterOptions};
+use bitfold_rpc::master::{self, CoordinatorPolicy, MasterOptions};
 use bitfold_rpc::slave::{self, SlaveOptions};
 
 /// How long a server may take to start listening (opening a big store included).
@@ -63,12 +63,14 @@ impl Layout {
 
 impl LocalCluster {
     /// Starts the slaves of `cluster` (listening on their configured
-    /// addresses) and a master on `master_listen`, with data under `layout`.
-    /// A server that fails after starting is reported on `stops`.
+    /// addresses) and a master on `master_listen` picking coordinators by
+    /// `policy`, with data under `layout`. A server that fails after
+    /// starting is reported on `stops`.
     pub fn start(
         layout: &Layout,
         cluster: ClusterConfig,
         master_listen: &str,
+        policy: CoordinatorPolicy,
         stops: &mpsc::Sender<Stop>,
     ) -> anyhow::Result<LocalCluster> {
         let mut bound = Vec::with_capacity(cluster.slaves.len());
@@ -87,11 +89,12 @@ impl LocalCluster {
             replicas: cluster.replicas,
             slaves: bound,
         };
-        let options = MasterOptions::new(
+        let mut options = MasterOptions::new(
             master_listen.to_string(),
             cluster.clone(),
             layout.master_dir(),
         );
+        options.policy = policy;
         let master = spawn_server("the master", stops.clone(), move |ready| {
             master::run(options, ready).map_err(anyhow::Error::from)
         })?;

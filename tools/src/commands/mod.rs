@@ -1,5 +1,6 @@
 //! One module per command; `run` dispatches.
 
+mod bench;
 mod demo;
 mod import;
 mod local;
@@ -22,5 +23,6 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Query(args) => query::run(args),
         Command::Status(args) => status::run(args),
         Command::Sample(args) => sample::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }

@@ -6,6 +6,7 @@ use std::thread;
 
 use anyhow::{Context, bail};
 use bitfold_rpc::cluster::ClusterConfig;
+use bitfold_rpc::master::CoordinatorPolicy;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -31,6 +32,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         &layout,
         cluster,
         &format!("127.0.0.1:{}", args.port),
+        CoordinatorPolicy::default(),
         &stops,
     )?;
 

@@ -1,0 +1,382 @@
+//! `bitfold bench`: load a data set into a cluster (a local one started for
+//! the run, or `--master`), run a workload of large range queries from
+//! several clients, and report queries/s, latency percentiles and the bytes
+//! of vectors read per second.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use bitfold_rpc::client::{Answer, Client, Format};
+use indicatif::{ProgressBar, ProgressStyle};
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::demo::read_vectors;
+use super::import::{Destination, import_paths};
+use super::local::{Layout, LocalCluster, numbered_cluster};
+use super::serve::policy;
+use crate::bench::harness::{self, Limit, Measured, Plan, Reply};
+use crate::bench::workload::{self, DataSet, Shape, part_bytes};
+use crate::cli::{BenchArgs, BenchForm};
+
+/// Queries a run makes when neither `--queries` nor `--duration` is given.
+const DEFAULT_QUERIES: u64 = 1000;
+
+/// The most distinct queries generated; a longer run asks them again in turn.
+const MOST_DISTINCT_QUERIES: u64 = 10_000;
+
+/// Vector bytes generated and sent to the master at a time.
+const LOAD_BATCH_BYTES: u64 = 64 << 20;
+
+/// Runs `bitfold bench`.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let plan = Plan {
+        concurrency: args.concurrency,
+        warmup: args.warmup,
+        limit: match args.duration {
+            Some(time) => Limit::Time(time),
+            None => Limit::Queries(args.queries.unwrap_or(DEFAULT_QUERIES)),
+        },
+    };
+    check_plan(&plan)?;
+    let shape = Shape {
+        terms: args.terms,
+        vids_per_term: args.vids_per_term,
+    };
+    let generated = DataSet {
+        vectors: args.vectors,
+        bits: args.bits,
+        density: args.density,
+        seed: args.seed,
+        first_vid: args.first_vid,
+    };
+    if args.data.is_none() {
+        generated.check().map_err(anyhow::Error::msg)?;
+    }
+    let vectors = match &args.data {
+        Some(dir) => count_files(dir)?,
+        None => generated.vectors,
+    };
+    // Refuse an impossible shape before anything is started or loaded.
+    workload::queries(usize::try_from(vectors)?, shape, 0, args.seed)
+        .map_err(anyhow::Error::msg)?;
+
+    let dir = tempfile::tempdir().context("cannot create a directory for the local cluster")?;
+    let (stops, _stopped) = mpsc::channel();
+    let (master, cluster) = match &args.master {
+        Some(master) => (master.clone(), format!("the cluster at {master}")),
+        None => {
+            let config = numbered_cluster(args.slaves, args.replicas, 0)?;
+            let local = LocalCluster::start(
+                &Layout::new(dir.path()),
+                config,
+                "127.0.0.1:0",
+                policy(args.policy),
+                &stops,
+            )?;
+            let description = format!(
+                "a local cluster of {} slaves ({} coordinators)",
+                args.slaves,
+                policy(args.policy)
+            );
+            (local.master.to_string(), description)
+        }
+    };
+
+    let client = Client::connect(&master)?;
+    let catalog = match &args.data {
+        Some(dir) => load_files(dir, &master, args.skip_load)?,
+        None => load_generated(&generated, &client, args.skip_load)?,
+    };
+    drop(client);
+
+    let list_len = match plan.limit {
+        Limit::Queries(count) => (plan.warmup + count).min(MOST_DISTINCT_QUERIES),
+        Limit::Time(_) => MOST_DISTINCT_QUERIES,
+    };
+    let queries = workload::queries(catalog.vids.len(), shape, list_len as usize, args.seed)
+        .map_err(anyhow::Error::msg)?;
+    let messages: Vec<String> = queries.iter().map(|q| q.message(&catalog.vids)).collect();
+    let form = format(args.form);
+    let bar = progress_bar(plan.limit);
+    let measured = harness::run(
+        messages.len(),
+        plan,
+        || Client::connect(&master).map_err(anyhow::Error::from),
+        |client, i| {
+            let answer = client
+                .query(&messages[i], form)
+                .with_context(|| format!("query {} failed", messages[i]))?;
+            // A vector answer is checked by its length: counting its bits
+            // here would charge the client's work to the cluster.
+            Ok(match answer {
+                Answer::Count(count) => Reply {
+                    answer: count,
+                    bytes: 0,
+                },
+                Answer::Words(bytes) | Answer::Roaring(bytes) => Reply {
+                    answer: bytes.len() as u64,
+                    bytes: bytes.len() as u64,
+                },
+            })
+        },
+        |i| queries[i].bytes(&catalog.sizes),
+        |done| bar.set_position(done),
+    )?;
+    bar.finish_and_clear();
+    if !measured.inconsistent.is_empty() {
+        let i = measured.inconsistent[0];
+        bail!(
+            "the cluster answered {} differently on two runs: the answers are not exact",
+            messages[i]
+        );
+    }
+    let report = Report::new(&args, &catalog, &measured);
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        report.print(&cluster);
+    }
+    Ok(())
+}
+
+fn check_plan(plan: &Plan) -> anyhow::Result<()> {
+    if plan.concurrency == 0 {
+        bail!("--concurrency must be at least 1");
+    }
+    match plan.limit {
+        Limit::Queries(0) => bail!("--queries must be at least 1"),
+        Limit::Time(time) if time.is_zero() => bail!("--duration must be more than zero"),
+        _ => Ok(()),
+    }
+}
+
+fn format(form: BenchForm) -> Format {
+    match form {
+        BenchForm::Count => Format::Count,
+        BenchForm::Words => Format::Words,
+        BenchForm::Roaring => Format::Roaring,
+    }
+}
+
+/// The vectors a workload runs over: vids ascending, with the bytes of each.
+struct Catalog {
+    vids: Vec<u64>,
+    sizes: Vec<u64>,
+    /// Bits per vector, or `None` for a data set taken from files.
+    bits: Option<u64>,
+    density: Option<f64>,
+}
+
+/// Generates the data set in batches and (unless `skip`) imports each one.
+fn load_generated(set: &DataSet, client: &Client, skip: bool) -> anyhow::Result<Catalog> {
+    let bar = ProgressBar::new(set.vectors);
+    bar.set_style(
+        ProgressStyle::with_template(if skip {
+            "generating (already loaded) [{bar:40}] {pos}/{len} vectors"
+        } else {
+            "loading [{bar:40}] {pos}/{len} vectors ({eta})"
+        })
+        .expect("the progress template is valid")
+        .progress_chars("=> "),
+    );
+    let dense_bytes = set.bits.div_ceil(8).max(1);
+    let per_batch = (LOAD_BATCH_BYTES / dense_bytes).clamp(1, set.vectors);
+    let mut sizes = Vec::with_capacity(set.vectors as usize);
+    let mut first = 0;
+    while first < set.vectors {
+        let end = (first + per_batch).min(set.vectors);
+        let batch: Vec<_> = (first..end)
+            .into_par_iter()
+            .map(|i| (set.vid(i), set.vector(i)))
+            .collect();
+        sizes.extend(batch.iter().map(|(_, v)| part_bytes(&v.as_part())));
+        if !skip {
+            let parts: Vec<_> = batch.iter().map(|(vid, v)| (*vid, v.as_part())).collect();
+            client
+                .import(&parts)
+                .context("cannot load the data set into the cluster")?;
+        }
+        bar.inc(end - first);
+        first = end;
+    }
+    bar.finish_and_clear();
+    Ok(Catalog {
+        vids: set.vids(),
+        sizes,
+        bits: Some(set.bits),
+        density: Some(set.density),
+    })
+}
+
+/// The number of `<vid>.roaring` files in `dir`.
+fn count_files(dir: &Path) -> anyhow::Result<u64> {
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
+    let mut count = 0;
+    for entry in entries {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "roaring") {
+            count += 1;
+        }
+    }
+    if count == 0 {
+        bail!(
+            "{} holds no <vid>.roaring files to bench with",
+            dir.display()
+        );
+    }
+    Ok(count)
+}
+
+/// Reads the `<vid>.roaring` files of `dir` and (unless `skip`) imports them.
+fn load_files(dir: &Path, master: &str, skip: bool) -> anyhow::Result<Catalog> {
+    let vectors = read_vectors(dir)?;
+    if !skip {
+        let destination = Destination::Master(Client::connect(master)?);
+        import_paths(
+            &[dir.to_path_buf()],
+            bitfold_engine::import::Format::Roaring,
+            &destination,
+        )?;
+    }
+    let (vids, sizes) = vectors
+        .iter()
+        .map(|(vid, vector)| (*vid, part_bytes(&vector.as_part())))
+        .unzip();
+    Ok(Catalog {
+        vids,
+        sizes,
+        bits: None,
+        density: None,
+    })
+}
+
+/// The bar shown while querying: queries done of all, or a spinner for a timed run.
+fn progress_bar(limit: Limit) -> ProgressBar {
+    match limit {
+        Limit::Queries(count) => {
+            let bar = ProgressBar::new(count);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "querying [{bar:40}] {pos}/{len} ({per_sec}, {eta} left)",
+                )
+                .expect("the progress template is valid")
+                .progress_chars("=> "),
+            );
+            bar
+        }
+        Limit::Time(time) => {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template(&format!(
+                    "{{spinner}} querying for {:.0}s: {{pos}} queries ({{per_sec}}, {{elapsed}})",
+                    time.as_secs_f64()
+                ))
+                .expect("the progress template is valid"),
+            );
+            bar.enable_steady_tick(Duration::from_millis(200));
+            bar
+        }
+    }
+}
+
+/// What a run measured, as printed (and as the `--json` line's fields).
+#[derive(Debug, Serialize)]
+struct Report {
+    system: &'static str,
+    master: Option<String>,
+    slaves: Option<usize>,
+    policy: Option<String>,
+    vectors: usize,
+    bits: Option<u64>,
+    density: Option<f64>,
+    seed: u64,
+    terms: usize,
+    vids_per_term: usize,
+    form: &'static str,
+    concurrency: usize,
+    queries: u64,
+    seconds: f64,
+    queries_per_second: f64,
+    p50_ms: f64,
+    p95_ms: f64,
+    p99_ms: f64,
+    bytes_per_query: f64,
+    bitmap_bytes_per_second: f64,
+    answer_bytes_per_query: f64,
+    answer_bytes_per_second: f64,
+}
+
+impl Report {
+    fn new(args: &BenchArgs, catalog: &Catalog, measured: &Measured) -> Report {
+        let ms = |percent| measured.percentile(percent).as_secs_f64() * 1e3;
+        let local = args.master.is_none();
+        Report {
+            system: "bitfold",
+            master: args.master.clone(),
+            slaves: local.then_some(args.slaves),
+            policy: local.then(|| policy(args.policy).to_string()),
+            vectors: catalog.vids.len(),
+            bits: catalog.bits,
+            density: catalog.density,
+            seed: args.seed,
+            terms: args.terms,
+            vids_per_term: args.vids_per_term,
+            form: match args.form {
+                BenchForm::Count => "count",
+                BenchForm::Words => "words",
+                BenchForm::Roaring => "roaring",
+            },
+            concurrency: args.concurrency,
+            queries: measured.queries,
+            seconds: measured.elapsed.as_secs_f64(),
+            queries_per_second: measured.rate(),
+            p50_ms: ms(50.0),
+            p95_ms: ms(95.0),
+            p99_ms: ms(99.0),
+            bytes_per_query: measured.bytes as f64 / measured.queries.max(1) as f64,
+            bitmap_bytes_per_second: measured.byte_rate(),
+            answer_bytes_per_query: measured.answer_bytes as f64 / measured.queries.max(1) as f64,
+            answer_bytes_per_second: measured.answer_rate(),
+        }
+    }
+
+    fn print(&self, cluster: &str) {
+        let data = match (self.bits, self.density) {
+            (Some(bits), Some(density)) => format!(
+                "{} vectors of {} bits at {}% density (seed {})",
+                self.vectors,
+                bits,
+                density * 100.0,
+                self.seed
+            ),
+            _ => format!("{} vectors from files", self.vectors),
+        };
+        println!("bitfold bench on {cluster}: {data}");
+        println!(
+            "queries: {} terms x {} vids, {} form, {} at a time",
+            self.terms, self.vids_per_term, self.form, self.concurrency
+        );
+        println!("{} queries in {:.2} s:", self.queries, self.seconds);
+        println!("  {:.1} queries/s", self.queries_per_second);
+        println!(
+            "  latency p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms",
+            self.p50_ms, self.p95_ms, self.p99_ms
+        );
+        println!(
+            "  {:.2} GB/s of vectors read ({:.1} MiB per query)",
+            self.bitmap_bytes_per_second / 1e9,
+            self.bytes_per_query / f64::from(1 << 20)
+        );
+        if self.form != "count" {
+            println!(
+                "  {:.2} GB/s of answers ({} form)",
+                self.answer_bytes_per_second / 1e9,
+                self.form
+            );
+        }
+    }
+}
