@@ -101,6 +101,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let messages: Vec<String> = queries.iter().map(|q| q.message(&catalog.vids)).collect();
     let form = format(args.form);
     let bar = progress_bar(plan.limit);
+    let cpu_before = process_cpu();
     let measured = harness::run(
         messages.len(),
         plan,
@@ -125,6 +126,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         |i| queries[i].bytes(&catalog.sizes),
         |done| bar.set_position(done),
     )?;
+    let cpu = process_cpu().saturating_sub(cpu_before);
     bar.finish_and_clear();
     if !measured.inconsistent.is_empty() {
         let i = measured.inconsistent[0];
@@ -133,7 +135,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             messages[i]
         );
     }
-    let report = Report::new(&args, &catalog, &measured);
+    let mut report = Report::new(&args, &catalog, &measured);
+    if args.master.is_none() {
+        // The whole cluster runs in this process: its CPU time is the cluster's.
+        let asked = measured.queries + plan.warmup;
+        report.cpu_ms_per_query = Some(cpu.as_secs_f64() * 1e3 / asked.max(1) as f64);
+    }
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -283,6 +290,23 @@ fn progress_bar(limit: Limit) -> ProgressBar {
     }
 }
 
+/// CPU time this process has used so far, all threads, user and system.
+fn process_cpu() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a `rusage` into the pointer it is given,
+    // which points to one; RUSAGE_SELF is always a valid target.
+    let usage = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
+            return Duration::ZERO;
+        }
+        usage.assume_init()
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
 /// What a run measured, as printed (and as the `--json` line's fields).
 #[derive(Debug, Serialize)]
 struct Report {
@@ -308,6 +332,8 @@ struct Report {
     bitmap_bytes_per_second: f64,
     answer_bytes_per_query: f64,
     answer_bytes_per_second: f64,
+    /// CPU time of the local cluster (and the clients) per query, all threads.
+    cpu_ms_per_query: Option<f64>,
 }
 
 impl Report {
@@ -341,6 +367,7 @@ impl Report {
             bitmap_bytes_per_second: measured.byte_rate(),
             answer_bytes_per_query: measured.answer_bytes as f64 / measured.queries.max(1) as f64,
             answer_bytes_per_second: measured.answer_rate(),
+            cpu_ms_per_query: None,
         }
     }
 
@@ -371,6 +398,9 @@ impl Report {
             self.bitmap_bytes_per_second / 1e9,
             self.bytes_per_query / f64::from(1 << 20)
         );
+        if let Some(cpu) = self.cpu_ms_per_query {
+            println!("  {cpu:.2} ms of CPU per query (the whole local cluster and its clients)");
+        }
         if self.form != "count" {
             println!(
                 "  {:.2} GB/s of answers ({} form)",
