@@ -403,6 +403,7 @@ impl Master {
                 }
                 Plan::Chains(chains) => chains,
             };
+            let mut chains = chains;
             let turn = self.turn.get();
             self.turn.set(turn.wrapping_add(1));
             let live = self.live();
@@ -412,6 +413,9 @@ impl Master {
                     self.unavailable("no slave is up".into(), &(0..slaves).collect::<Vec<_>>())
                 );
             };
+            for chain in &mut chains {
+                plan::start_at(chain, coordinator as u32);
+            }
             let levels = chains.iter().map(|c| hops(c)).max().unwrap_or(0);
             let attempt = Budget::new(budget.remaining().min(self.options.rpc_timeout));
             let Some(time) = attempt.call(levels) else {

@@ -133,6 +133,16 @@ pub(crate) fn plan(
     Plan::Chains(chains)
 }
 
+/// Rotates `chain` (sorted by machine) to start at the first machine from
+/// `coordinator` on, in machine order, wrapping around. Each machine is
+/// still visited once, but a coordinator that holds vectors of the term
+/// folds them first, locally, instead of calling the chain's head and
+/// receiving the term's vector back through one more hop.
+pub(crate) fn start_at(chain: &mut Chain, coordinator: u32) {
+    let before = chain.partition_point(|&(machine, _)| machine < coordinator);
+    chain.rotate_left(before);
+}
+
 /// The coordinator for `chains` among the live slaves, or `None` if no
 /// slave is live. `turn` counts round-robin turns.
 pub(crate) fn coordinator(
@@ -256,6 +266,21 @@ mod tests {
             plan(&terms[1..], &catalog, layout(2, 1), |_| true),
             Plan::Chains(_)
         ));
+    }
+
+    #[test]
+    fn chains_start_at_the_coordinator_and_wrap_around() {
+        let sorted: Chain = vec![(0, 4), (0, 9), (1, 2), (3, 1), (3, 7)];
+        let rotated = |coordinator| {
+            let mut chain = sorted.clone();
+            start_at(&mut chain, coordinator);
+            chain
+        };
+        assert_eq!(rotated(0), sorted);
+        assert_eq!(rotated(1), vec![(1, 2), (3, 1), (3, 7), (0, 4), (0, 9)]);
+        // A coordinator without vectors of the term: the next machine holding some.
+        assert_eq!(rotated(2), vec![(3, 1), (3, 7), (0, 4), (0, 9), (1, 2)]);
+        assert_eq!(rotated(4), sorted);
     }
 
     #[test]
