@@ -9,11 +9,44 @@
 //!
 //! Output parts hold at most [`PART_MAX_DENSE`] dense containers each, so
 //! each fits one Cap'n Proto `Data`.
+//!
+//! Filling streams: input containers that are consecutive in memory and land
+//! on consecutive output containers are folded as one long slice, the output
+//! is processed [`CHUNK_WORDS`] at a time with the fused multi-source kernels,
+//! and a large fold is split across cores with rayon.
 
-use crate::kernels;
-use crate::vector::{
-    CONTAINER_WORDS, ContainerRef, MalformedPart, PART_MAX_DENSE, SPARSE_MAX, VectorBuf, VectorPart,
-};
+mod intersection;
+mod union;
+
+pub use intersection::{IntersectionPlan, Term, intersection_count};
+pub use union::UnionPlan;
+
+use crate::vector::{CONTAINER_WORDS, PART_MAX_DENSE, VectorBuf, VectorPart};
+
+/// Output words a fill works on at a time (64 KiB): big enough that each
+/// input streams through the hardware prefetcher (FINDINGS: 4 KiB pieces
+/// interleaved across many vectors fall to half speed from DRAM), small
+/// enough to keep the output chunk in L2 while all inputs are folded into it.
+const CHUNK_WORDS: usize = 8 * CONTAINER_WORDS;
+
+/// A fill is split across cores when it writes more than this many words (256 KiB) ...
+const PARALLEL_OUT_WORDS: usize = 32 * CONTAINER_WORDS;
+
+/// ... or reads more than this many input words (4 MiB).
+const PARALLEL_IN_WORDS: usize = 512 * CONTAINER_WORDS;
+
+/// Into how many pieces to split a fill writing `out_words` words from
+/// `in_words` input words: 1 when small, else enough for every core to get
+/// work while each piece keeps at least one chunk.
+fn task_count(out_words: usize, in_words: usize) -> usize {
+    if out_words <= PARALLEL_OUT_WORDS && in_words <= PARALLEL_IN_WORDS {
+        return 1;
+    }
+    let threads = rayon::current_num_threads();
+    let chunks = out_words.div_ceil(CHUNK_WORDS);
+    let containers = out_words / CONTAINER_WORDS;
+    chunks.clamp(threads, 4 * threads).min(containers).max(1)
+}
 
 /// One output part of a planned fold: its dense keys (to be filled) and its
 /// sparse containers (already computed).
@@ -69,7 +102,9 @@ impl PlannedPart {
     }
 }
 
-/// Splits planned containers into parts of at most [`PART_MAX_DENSE`] dense containers.
+/// Splits planned containers into parts of at most [`PART_MAX_DENSE`] dense
+/// containers: the dense container with global index `s` (in key order) goes
+/// to part `s / PART_MAX_DENSE`, slot `s % PART_MAX_DENSE`.
 struct PartSplitter {
     parts: Vec<PlannedPart>,
 }
@@ -87,11 +122,15 @@ impl PartSplitter {
             .expect("the splitter always holds a part")
     }
 
-    fn dense(&mut self, key: u16) {
+    /// Adds a dense container; returns its part and slot in that part.
+    fn dense(&mut self, key: u16) -> (usize, usize) {
         if self.current().dense_keys.len() == PART_MAX_DENSE {
             self.parts.push(PlannedPart::default());
         }
-        self.current().dense_keys.push(key);
+        let part = self.parts.len() - 1;
+        let dense_keys = &mut self.current().dense_keys;
+        dense_keys.push(key);
+        (part, dense_keys.len() - 1)
     }
 
     fn sparse(&mut self, key: u16, values: &[u16]) {
@@ -106,275 +145,38 @@ impl PartSplitter {
     }
 }
 
-/// The plan of a union (OR) of any number of parts, in any order, overlapping or not.
-#[derive(Debug, Clone)]
-pub struct UnionPlan {
-    parts: Vec<PlannedPart>,
+/// Checks a fill's arguments: `out` sized for `planned`, and as many
+/// inputs as the plan was made from.
+fn check_fill(planned: &PlannedPart, out: &[u64], inputs: usize, planned_inputs: usize) {
+    assert_eq!(
+        out.len(),
+        planned.dense_word_count(),
+        "output buffer has the wrong length"
+    );
+    assert_eq!(
+        inputs, planned_inputs,
+        "fill was given other inputs than the plan was made from"
+    );
 }
 
-impl UnionPlan {
-    /// Plans the union of `inputs`. An output container is dense where any
-    /// input is dense or the sparse inputs hold more than [`SPARSE_MAX`] bits.
-    pub fn new(inputs: &[VectorPart<'_>]) -> UnionPlan {
-        let mut containers: Vec<(u16, ContainerRef<'_>)> =
-            inputs.iter().flat_map(|part| part.containers()).collect();
-        containers.sort_by_key(|&(key, _)| key);
-        let mut splitter = PartSplitter::new();
-        let mut merged = Vec::new();
-        for group in containers.chunk_by(|a, b| a.0 == b.0) {
-            let key = group[0].0;
-            let any_dense = group
-                .iter()
-                .any(|(_, c)| matches!(c, ContainerRef::Dense(_)));
-            let sparse_bits: usize = group
-                .iter()
-                .map(|(_, c)| match c {
-                    ContainerRef::Sparse(values) => values.len(),
-                    ContainerRef::Dense(_) => 0,
-                })
-                .sum();
-            if any_dense || sparse_bits > SPARSE_MAX {
-                splitter.dense(key);
-                continue;
-            }
-            merged.clear();
-            for (_, container) in group {
-                if let ContainerRef::Sparse(values) = container {
-                    merged.extend_from_slice(values);
-                }
-            }
-            merged.sort_unstable();
-            merged.dedup();
-            splitter.sparse(key, &merged);
-        }
-        UnionPlan {
-            parts: splitter.finish(),
-        }
-    }
-
-    /// The output parts, key-disjoint and ascending.
-    pub fn parts(&self) -> &[PlannedPart] {
-        &self.parts
-    }
-
-    /// Writes the dense containers of output part `part` into `out`, which
-    /// must hold exactly [`PlannedPart::dense_word_count`] words (anything in
-    /// it is overwritten). `inputs` must be the parts the plan was made from.
-    ///
-    /// # Panics
-    ///
-    /// If `out` has the wrong length.
-    pub fn fill(&self, part: usize, inputs: &[VectorPart<'_>], out: &mut [u64]) {
-        let planned = &self.parts[part];
-        assert_eq!(
-            out.len(),
-            planned.dense_word_count(),
-            "output buffer has the wrong length"
-        );
-        out.fill(0);
-        for input in inputs {
-            for (key, container) in input.containers() {
-                let Ok(slot) = planned.dense_keys.binary_search(&key) else {
-                    continue;
-                };
-                let target = &mut out[slot * CONTAINER_WORDS..(slot + 1) * CONTAINER_WORDS];
-                match container {
-                    ContainerRef::Dense(words) => kernels::or_into(target, &words[..]),
-                    ContainerRef::Sparse(values) => set_positions(target, values),
-                }
-            }
-        }
-    }
-
-    /// Runs the whole fold into owned vectors, one per output part.
-    pub fn run(&self, inputs: &[VectorPart<'_>]) -> Vec<VectorBuf> {
-        self.parts
-            .iter()
-            .enumerate()
-            .map(|(i, planned)| {
-                let mut words = vec![0u64; planned.dense_word_count()];
-                self.fill(i, inputs, &mut words);
-                VectorBuf::from_part(planned.with_words(&words))
-            })
-            .collect()
-    }
+/// Fills every planned part into an owned vector.
+fn run_parts(parts: &[PlannedPart], fill: impl Fn(usize, &mut [u64])) -> Vec<VectorBuf> {
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, planned)| {
+            let mut words = vec![0u64; planned.dense_word_count()];
+            fill(i, &mut words);
+            VectorBuf::from_part(planned.with_words(&words))
+        })
+        .collect()
 }
 
+/// Sets the bits at `positions` in one dense container's words.
 fn set_positions(words: &mut [u64], positions: &[u16]) {
     for &low in positions {
         words[usize::from(low) / 64] |= 1 << (low % 64);
     }
-}
-
-/// A term of an intersection: the key-disjoint parts, ascending, whose union is its vector.
-#[derive(Debug, Clone, Copy)]
-pub struct Term<'t, 'a> {
-    parts: &'t [VectorPart<'a>],
-}
-
-impl<'t, 'a> Term<'t, 'a> {
-    /// Checks that the parts' key ranges ascend without overlapping.
-    pub fn new(parts: &'t [VectorPart<'a>]) -> Result<Self, MalformedPart> {
-        let mut last: Option<u16> = None;
-        for part in parts {
-            if let Some((first, end)) = part.key_range() {
-                if last.is_some_and(|l| l >= first) {
-                    return Err(MalformedPart(
-                        "the parts of a term overlap or are out of key order".into(),
-                    ));
-                }
-                last = Some(end);
-            }
-        }
-        Ok(Term { parts })
-    }
-
-    /// The container with key `key`, if the term has one.
-    pub fn container(&self, key: u16) -> Option<ContainerRef<'a>> {
-        let i = self
-            .parts
-            .partition_point(|p| p.key_range().is_some_and(|(_, end)| end < key));
-        self.parts.get(i)?.container(key)
-    }
-
-    fn container_count(&self) -> usize {
-        self.parts.iter().map(|p| p.container_count()).sum()
-    }
-
-    fn containers(&self) -> impl Iterator<Item = (u16, ContainerRef<'a>)> + 't {
-        self.parts.iter().flat_map(|p| p.containers())
-    }
-}
-
-/// The plan of an intersection (AND) of terms.
-#[derive(Debug, Clone)]
-pub struct IntersectionPlan {
-    parts: Vec<PlannedPart>,
-}
-
-impl IntersectionPlan {
-    /// Plans the intersection of `terms`. An output container is dense where
-    /// every term is dense (it may turn out all zero); sparse containers are
-    /// computed now. No terms at all is the empty vector.
-    pub fn new(terms: &[Term<'_, '_>]) -> IntersectionPlan {
-        let mut splitter = PartSplitter::new();
-        let Some(smallest) = terms.iter().min_by_key(|t| t.container_count()) else {
-            return IntersectionPlan {
-                parts: splitter.finish(),
-            };
-        };
-        let mut values = Vec::new();
-        for (key, _) in smallest.containers() {
-            let Some(containers) = containers_at(terms, key) else {
-                continue;
-            };
-            if containers
-                .iter()
-                .all(|c| matches!(c, ContainerRef::Dense(_)))
-            {
-                splitter.dense(key);
-                continue;
-            }
-            values.clear();
-            values.extend(sparse_intersection(&containers));
-            if !values.is_empty() {
-                splitter.sparse(key, &values);
-            }
-        }
-        IntersectionPlan {
-            parts: splitter.finish(),
-        }
-    }
-
-    /// The output parts, key-disjoint and ascending.
-    pub fn parts(&self) -> &[PlannedPart] {
-        &self.parts
-    }
-
-    /// Writes the dense containers of output part `part` into `out` (exactly
-    /// [`PlannedPart::dense_word_count`] words). `terms` must be the ones the
-    /// plan was made from.
-    ///
-    /// # Panics
-    ///
-    /// If `out` has the wrong length.
-    pub fn fill(&self, part: usize, terms: &[Term<'_, '_>], out: &mut [u64]) {
-        let planned = &self.parts[part];
-        assert_eq!(
-            out.len(),
-            planned.dense_word_count(),
-            "output buffer has the wrong length"
-        );
-        for (slot, &key) in planned.dense_keys.iter().enumerate() {
-            let target = &mut out[slot * CONTAINER_WORDS..(slot + 1) * CONTAINER_WORDS];
-            target.fill(u64::MAX);
-            for term in terms {
-                if let Some(ContainerRef::Dense(words)) = term.container(key) {
-                    kernels::and_into(target, &words[..]);
-                }
-            }
-        }
-    }
-
-    /// Runs the whole fold into owned vectors, one per output part.
-    pub fn run(&self, terms: &[Term<'_, '_>]) -> Vec<VectorBuf> {
-        self.parts
-            .iter()
-            .enumerate()
-            .map(|(i, planned)| {
-                let mut words = vec![0u64; planned.dense_word_count()];
-                self.fill(i, terms, &mut words);
-                VectorBuf::from_part(planned.with_words(&words))
-            })
-            .collect()
-    }
-}
-
-fn containers_at<'a>(terms: &[Term<'_, 'a>], key: u16) -> Option<Vec<ContainerRef<'a>>> {
-    terms.iter().map(|t| t.container(key)).collect()
-}
-
-/// Positions set in every container, where at least one is sparse.
-fn sparse_intersection<'a>(containers: &[ContainerRef<'a>]) -> impl Iterator<Item = u16> + 'a {
-    let shortest = containers
-        .iter()
-        .filter_map(|c| match c {
-            ContainerRef::Sparse(values) => Some(*values),
-            ContainerRef::Dense(_) => None,
-        })
-        .min_by_key(|values| values.len())
-        .unwrap_or(&[]);
-    let others = containers.to_vec();
-    shortest
-        .iter()
-        .copied()
-        .filter(move |&low| others.iter().all(|c| c.contains(low)))
-}
-
-/// Number of bits in the intersection of `terms`, without building it.
-pub fn intersection_count(terms: &[Term<'_, '_>]) -> u64 {
-    let Some(smallest) = terms.iter().min_by_key(|t| t.container_count()) else {
-        return 0;
-    };
-    let mut count = 0;
-    for (key, _) in smallest.containers() {
-        let Some(containers) = containers_at(terms, key) else {
-            continue;
-        };
-        let dense: Vec<&[u64]> = containers
-            .iter()
-            .filter_map(|c| match c {
-                ContainerRef::Dense(words) => Some(&words[..]),
-                ContainerRef::Sparse(_) => None,
-            })
-            .collect();
-        count += if dense.len() == containers.len() {
-            kernels::and_count(&dense)
-        } else {
-            sparse_intersection(&containers).count() as u64
-        };
-    }
-    count
 }
 
 #[cfg(test)]
