@@ -100,7 +100,7 @@ impl<'t, 'a> Cursor<'t, 'a> {
         }
         let part = &self.parts[self.part];
         let dense_keys = part.dense_keys();
-        self.dense += dense_keys[self.dense..].partition_point(|&k| k < key);
+        self.dense = seek_key(dense_keys, self.dense, key);
         if dense_keys.get(self.dense) == Some(&key) {
             let start = self.dense * CONTAINER_WORDS;
             let words: &'a DenseContainer = part.dense_words()[start..start + CONTAINER_WORDS]
@@ -113,7 +113,7 @@ impl<'t, 'a> Cursor<'t, 'a> {
             return Some((ContainerRef::Dense(words), loc));
         }
         let sparse_keys = part.sparse_keys();
-        self.sparse += sparse_keys[self.sparse..].partition_point(|&k| k < key);
+        self.sparse = seek_key(sparse_keys, self.sparse, key);
         if sparse_keys.get(self.sparse) != Some(&key) {
             return None;
         }
@@ -123,6 +123,26 @@ impl<'t, 'a> Cursor<'t, 'a> {
         let values = &part.sparse_values()[start..ends[i] as usize];
         Some((ContainerRef::Sparse(values), DenseLoc::default()))
     }
+}
+
+/// The first index at or after `from` whose key is not below `key`:
+/// galloping, since the next key is usually close.
+fn seek_key(keys: &[u16], from: usize, key: u16) -> usize {
+    let mut step = 1;
+    let mut low = from;
+    while let Some(&k) = keys.get(low) {
+        if k >= key {
+            return low;
+        }
+        let probe = low + step;
+        if keys.get(probe).is_none_or(|&k| k >= key) {
+            let end = probe.min(keys.len());
+            return low + 1 + keys[low + 1..end].partition_point(|&k| k < key);
+        }
+        low = probe;
+        step *= 2;
+    }
+    low
 }
 
 /// Calls `visit` for each key, ascending, at which every term has a

@@ -172,13 +172,6 @@ fn run_parts(parts: &[PlannedPart], fill: impl Fn(usize, &mut [u64])) -> Vec<Vec
         .collect()
 }
 
-/// Sets the bits at `positions` in one dense container's words.
-fn set_positions(words: &mut [u64], positions: &[u16]) {
-    for &low in positions {
-        words[usize::from(low) / 64] |= 1 << (low % 64);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

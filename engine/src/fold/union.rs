@@ -12,11 +12,11 @@ use std::cmp::Reverse;
 
 use rayon::prelude::*;
 
-use super::{
-    CHUNK_WORDS, PartSplitter, PlannedPart, check_fill, run_parts, set_positions, task_count,
-};
+use super::{CHUNK_WORDS, PartSplitter, PlannedPart, check_fill, run_parts, task_count};
 use crate::kernels::Kernels;
-use crate::vector::{CONTAINER_WORDS, PART_MAX_DENSE, SPARSE_MAX, VectorBuf, VectorPart};
+use crate::vector::{
+    CONTAINER_WORDS, DenseContainer, PART_MAX_DENSE, SPARSE_MAX, VectorBuf, VectorPart,
+};
 
 /// Consecutive dense containers of one input that land on consecutive
 /// output slots of one part: folded as one slice.
@@ -167,10 +167,20 @@ fn fill_range(fill: &UnionFill, inputs: &[VectorPart<'_>], lo: usize, out: &mut 
             let start = if c == 0 { 0 } else { ends[c - 1] as usize };
             let values = &input.sparse_values()[start..ends[c] as usize];
             let at = scatter.slot as usize * CONTAINER_WORDS - c0;
-            set_positions(&mut chunk[at..at + CONTAINER_WORDS], values);
+            let container = (&mut chunk[at..at + CONTAINER_WORDS])
+                .try_into()
+                .expect("a dense container is CONTAINER_WORDS words");
+            set_positions(container, values);
             next_scatter += 1;
         }
         c0 = c1;
+    }
+}
+
+/// Sets the bits at `positions` in one dense container.
+fn set_positions(words: &mut DenseContainer, positions: &[u16]) {
+    for &low in positions {
+        words[usize::from(low) / 64] |= 1 << (low % 64);
     }
 }
 

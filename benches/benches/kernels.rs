@@ -1,0 +1,172 @@
+//! bitfold's union, intersection and count side by side with roaring-rs and
+//! the memory-bandwidth roof, over the same seeded vectors. Every benchmark of
+//! a group reports the same throughput (bytes of the inputs in bitfold's
+//! form), so throughput ratios are time ratios.
+//!
+//! `cargo bench -p bitfold-benches --bench kernels` (see benches/README.md).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use bitfold_benches::{Workload, read_roof, read_roof_parallel};
+use bitfold_engine::fold::{IntersectionPlan, Term, UnionPlan, intersection_count};
+use bitfold_engine::kernels::Kernels;
+use bitfold_engine::{CONTAINER_WORDS, VectorBuf, VectorPart};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use roaring::MultiOps;
+
+/// (vectors, log2 of their width in bits).
+const SHAPES: [(usize, u32); 3] = [(64, 20), (512, 20), (16, 26)];
+
+/// (label, probability of each bit).
+const DENSITIES: [(&str, f64); 3] = [("50%", 0.5), ("1%", 0.01), ("0.01%", 0.0001)];
+
+/// Terms of the AND + count benchmarks.
+const AND_TERMS: usize = 4;
+
+fn configure(group: &mut BenchmarkGroup<'_, WallTime>, bytes: u64) {
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_millis(1500))
+        .throughput(Throughput::Bytes(bytes));
+}
+
+/// The union the system computes: plan, then fill each output part into a
+/// buffer the caller owns (a reused message buffer in the real system).
+fn union(inputs: &[VectorPart<'_>], out: &mut [u64]) -> u64 {
+    let plan = UnionPlan::new(inputs);
+    let mut check = 0;
+    for (i, part) in plan.parts().iter().enumerate() {
+        let words = &mut out[..part.dense_word_count()];
+        plan.fill(i, inputs, words);
+        check ^= words.first().copied().unwrap_or(0) ^ part.sparse_values().len() as u64;
+    }
+    check
+}
+
+fn unions(c: &mut Criterion) {
+    for (count, width) in SHAPES {
+        for (seed, (label, density)) in DENSITIES.into_iter().enumerate() {
+            let workload = Workload::new(count, width, density, seed as u64);
+            let inputs = workload.parts();
+            let mut out = vec![0u64; (1 << width) / 64];
+            let mut group = c.benchmark_group(format!("union {count} x 2^{width} {label}"));
+            configure(&mut group, workload.input_bytes());
+
+            group.bench_function("bitfold UnionPlan", |b| {
+                b.iter(|| union(black_box(&inputs), &mut out))
+            });
+            if inputs.iter().all(|p| p.sparse_keys().is_empty()) {
+                // Every vector is dense over the same keys: the raw kernel
+                // over whole vectors, one thread.
+                let srcs: Vec<&[u64]> = inputs.iter().map(|p| p.dense_words()).collect();
+                let kernels = Kernels::best();
+                group.bench_function("multi-OR kernel, 1 thread", |b| {
+                    b.iter(|| kernels.write_or(&mut out[..srcs[0].len()], black_box(&srcs)))
+                });
+            }
+            group.bench_function("roaring-rs union", |b| {
+                b.iter(|| black_box(&workload.roaring).iter().union().len())
+            });
+            group.bench_function("roaring-rs intersection", |b| {
+                b.iter(|| black_box(&workload.roaring).iter().intersection().len())
+            });
+            group.bench_function("read roof, 1 thread", |b| {
+                b.iter(|| read_roof(black_box(&inputs)))
+            });
+            group.bench_function("read roof, 2 threads", |b| {
+                b.iter(|| read_roof_parallel(black_box(&inputs)))
+            });
+            group.finish();
+        }
+    }
+}
+
+fn and_counts(c: &mut Criterion) {
+    for width in [20, 26] {
+        for (seed, (label, density)) in DENSITIES.into_iter().enumerate() {
+            let workload = Workload::new(AND_TERMS, width, density, 100 + seed as u64);
+            let parts = workload.parts();
+            let singles: Vec<[VectorPart<'_>; 1]> = parts.iter().map(|&p| [p]).collect();
+            let terms: Vec<Term<'_, '_>> = singles
+                .iter()
+                .map(|p| Term::new(p).expect("one part"))
+                .collect();
+            let mut out = vec![0u64; (1 << width) / 64];
+            let name = format!("and {AND_TERMS} x 2^{width} {label}");
+            let mut group = c.benchmark_group(name);
+            configure(&mut group, workload.input_bytes());
+
+            group.bench_function("bitfold intersection_count", |b| {
+                b.iter(|| intersection_count(black_box(&terms)))
+            });
+            group.bench_function("bitfold IntersectionPlan", |b| {
+                b.iter(|| {
+                    let plan = IntersectionPlan::new(black_box(&terms));
+                    for (i, part) in plan.parts().iter().enumerate() {
+                        plan.fill(i, &terms, &mut out[..part.dense_word_count()]);
+                    }
+                })
+            });
+            group.bench_function("roaring-rs intersection len", |b| {
+                b.iter(|| black_box(&workload.roaring).iter().intersection().len())
+            });
+            group.bench_function("read roof, 1 thread", |b| {
+                b.iter(|| read_roof(black_box(&parts)))
+            });
+            group.finish();
+        }
+    }
+}
+
+/// Where a sparse container should turn dense (`SPARSE_MAX`): the union of
+/// 64 vectors of 16 containers each holding `k` bits, all sparse or all
+/// dense, through `UnionPlan`.
+fn sparse_max(c: &mut Criterion) {
+    let mut rng = StdRng::seed_from_u64(42);
+    let mut group = c.benchmark_group("sparse or dense: union of 64 x 16 containers of k bits");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(200))
+        .measurement_time(Duration::from_millis(800));
+    for k in [64usize, 128, 256, 512, 1024] {
+        let mut sparse = Vec::new();
+        let mut dense = Vec::new();
+        for _ in 0..64 {
+            let (mut s, mut d) = (VectorBuf::new(), VectorBuf::new());
+            for key in 0..16u16 {
+                let mut lows: Vec<u16> = (0..k).map(|_| rng.random()).collect();
+                lows.sort_unstable();
+                lows.dedup();
+                let mut words = [0u64; CONTAINER_WORDS];
+                for &low in &lows {
+                    words[usize::from(low) / 64] |= 1 << (low % 64);
+                }
+                s.push_sparse(key, &lows).expect("keys ascend");
+                d.push_dense(key, &words).expect("keys ascend");
+            }
+            sparse.push(s);
+            dense.push(d);
+        }
+        let mut out = vec![0u64; 16 * CONTAINER_WORDS];
+        for (form, vectors) in [("sparse", &sparse), ("dense", &dense)] {
+            let inputs: Vec<VectorPart<'_>> = vectors.iter().map(VectorBuf::as_part).collect();
+            group.bench_function(format!("k={k} {form}"), |b| {
+                b.iter(|| union(black_box(&inputs), &mut out))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    // Plots cost more time than the measurements; the table is in README.md.
+    config = Criterion::default().without_plots();
+    targets = unions, and_counts, sparse_max
+}
+criterion_main!(benches);
