@@ -247,20 +247,27 @@ fn folds_cut_their_output_into_parts_at_part_max_dense() {
 }
 
 /// Many inputs, each dense over the same keys, fold to their union (the
-/// system's common case: one long run per input).
+/// system's common case: one long run per input), both when the output is
+/// small and the inputs many, and when the output is large.
 #[test]
-fn a_wide_union_of_dense_runs_sets_every_input_bit() {
-    let vectors: Vec<VectorBuf> = (0..37u32)
-        .map(|i| {
-            dense_run(
-                3..40,
-                &[(3 << 16) + i, (39 << 16) + 65535 - i, (20 << 16) + i * 999],
-            )
-        })
-        .collect();
-    let inputs: Vec<VectorPart<'_>> = vectors.iter().map(VectorBuf::as_part).collect();
-    let expected: BTreeSet<u32> = inputs.iter().flat_map(|p| p.bits()).collect();
-    assert_eq!(expected.len(), 37 * 3);
-    let result = UnionPlan::new(&inputs).run(&inputs);
-    assert_eq!(result_bits(&result), expected);
+fn wide_unions_of_dense_runs_set_every_input_bit() {
+    for (count, keys) in [(80u32, 3..11), (37, 3..40)] {
+        let last = keys.end - 1;
+        let mut vectors: Vec<VectorBuf> = (0..count)
+            .map(|i| {
+                let bits = [(3 << 16) + i, (last << 16) + 65535 - i, (5 << 16) + i * 811];
+                dense_run(keys.clone(), &bits)
+            })
+            .collect();
+        vectors.push(VectorBuf::from_bits(vec![(4 << 16) + 7, 1 << 30]));
+        let inputs: Vec<VectorPart<'_>> = vectors.iter().map(VectorBuf::as_part).collect();
+        let expected: BTreeSet<u32> = inputs.iter().flat_map(|p| p.bits()).collect();
+        assert_eq!(expected.len(), count as usize * 3 + 2);
+        let result = UnionPlan::new(&inputs).run(&inputs);
+        assert_eq!(
+            result_bits(&result),
+            expected,
+            "{count} inputs over keys {keys:?}"
+        );
+    }
 }

@@ -12,7 +12,9 @@ use std::cmp::Reverse;
 
 use rayon::prelude::*;
 
-use super::{CHUNK_WORDS, PartSplitter, PlannedPart, check_fill, run_parts, task_count};
+use super::{
+    CHUNK_WORDS, PARALLEL_OUT_WORDS, PartSplitter, PlannedPart, check_fill, run_parts, task_count,
+};
 use crate::kernels::Kernels;
 use crate::vector::{
     CONTAINER_WORDS, DenseContainer, PART_MAX_DENSE, SPARSE_MAX, VectorBuf, VectorPart,
@@ -95,13 +97,17 @@ impl UnionPlan {
         let fill = &self.fills[part];
         let tasks = task_count(out.len(), fill.input_words);
         if tasks <= 1 {
-            fill_range(fill, inputs, 0, out);
-            return;
+            fill_range(&fill.runs, &fill.scatters, inputs, 0, out);
+        } else if out.len() <= PARALLEL_OUT_WORDS && fill.runs.len() > 1 {
+            fill_by_inputs(fill, inputs, out);
+        } else {
+            let task_words = out.len().div_ceil(tasks).next_multiple_of(CONTAINER_WORDS);
+            out.par_chunks_mut(task_words)
+                .enumerate()
+                .for_each(|(t, words)| {
+                    fill_range(&fill.runs, &fill.scatters, inputs, t * task_words, words)
+                });
         }
-        let task_words = out.len().div_ceil(tasks).next_multiple_of(CONTAINER_WORDS);
-        out.par_chunks_mut(task_words)
-            .enumerate()
-            .for_each(|(t, words)| fill_range(fill, inputs, t * task_words, words));
     }
 
     /// Runs the whole fold into owned vectors, one per output part.
@@ -110,20 +116,58 @@ impl UnionPlan {
     }
 }
 
-/// Fills `out`, the output part's words from `lo` on, chunk by chunk.
-fn fill_range(fill: &UnionFill, inputs: &[VectorPart<'_>], lo: usize, out: &mut [u64]) {
+/// Fills a small output from many inputs: the runs are dealt round-robin to
+/// groups, each group folds into its own copy of the output (each input
+/// still streams in long runs), and the copies are ORed together. Splitting
+/// the output instead would leave one or two tasks, and a core that is
+/// busy elsewhere would hold the whole fold up.
+fn fill_by_inputs(fill: &UnionFill, inputs: &[VectorPart<'_>], out: &mut [u64]) {
+    let groups = (4 * rayon::current_num_threads()).min(fill.runs.len());
+    let group_runs =
+        |g: usize| -> Vec<DenseRun> { fill.runs.iter().skip(g).step_by(groups).copied().collect() };
+    let len = out.len();
+    let (_, rest) = rayon::join(
+        || fill_range(&group_runs(0), &fill.scatters, inputs, 0, out),
+        || {
+            (1..groups)
+                .into_par_iter()
+                .map(|g| {
+                    let mut words = vec![0u64; len];
+                    fill_range(&group_runs(g), &[], inputs, 0, &mut words);
+                    words
+                })
+                .reduce_with(|mut acc, words| {
+                    Kernels::best().or_into(&mut acc, &words);
+                    acc
+                })
+        },
+    );
+    if let Some(words) = rest {
+        Kernels::best().or_into(out, &words);
+    }
+}
+
+/// Fills `out`, the output part's words from `lo` on, chunk by chunk, from
+/// `runs` (ascending by output word) and `scatters` (ascending by slot).
+fn fill_range(
+    runs: &[DenseRun],
+    scatters: &[Scatter],
+    inputs: &[VectorPart<'_>],
+    lo: usize,
+    out: &mut [u64],
+) {
     let kernels = Kernels::best();
     let mut next_run = 0;
     let mut active: Vec<DenseRun> = Vec::new();
     let mut pieces: Vec<(usize, usize, &[u64])> = Vec::new();
     let mut srcs: Vec<&[u64]> = Vec::new();
     let first_slot = (lo / CONTAINER_WORDS) as u32;
-    let mut next_scatter = fill.scatters.partition_point(|s| s.slot < first_slot);
+    let mut next_scatter = scatters.partition_point(|s| s.slot < first_slot);
     let mut c0 = lo;
     for chunk in out.chunks_mut(CHUNK_WORDS) {
         let c1 = c0 + chunk.len();
         active.retain(|r| r.end() > c0);
-        while let Some(run) = fill.runs.get(next_run).filter(|r| r.out < c1) {
+        while let Some(run) = runs.get(next_run).filter(|r| r.out < c1) {
             if run.end() > c0 {
                 active.push(*run);
             }
@@ -156,11 +200,7 @@ fn fill_range(fill: &UnionFill, inputs: &[VectorPart<'_>], lo: usize, out: &mut 
             }
         }
         let end_slot = (c1 / CONTAINER_WORDS) as u32;
-        while let Some(scatter) = fill
-            .scatters
-            .get(next_scatter)
-            .filter(|s| s.slot < end_slot)
-        {
+        while let Some(scatter) = scatters.get(next_scatter).filter(|s| s.slot < end_slot) {
             let input = &inputs[scatter.input as usize];
             let c = scatter.container as usize;
             let ends = input.sparse_ends();
