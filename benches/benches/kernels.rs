@@ -123,44 +123,48 @@ fn and_counts(c: &mut Criterion) {
     }
 }
 
-/// Where a sparse container should turn dense (`SPARSE_MAX`): the union of
-/// 64 vectors of 16 containers each holding `k` bits, all sparse or all
-/// dense, through `UnionPlan`.
+/// Where a sparse container should turn dense (`SPARSE_MAX`): the union
+/// through `UnionPlan` of `n` vectors of 16 containers each holding `k`
+/// bits, all sparse or all dense; 64 vectors' dense words fit in L3, 512
+/// vectors' come from DRAM.
 fn sparse_max(c: &mut Criterion) {
     let mut rng = StdRng::seed_from_u64(42);
-    let mut group = c.benchmark_group("sparse or dense: union of 64 x 16 containers of k bits");
-    group
-        .sample_size(10)
-        .warm_up_time(Duration::from_millis(200))
-        .measurement_time(Duration::from_millis(800));
-    for k in [64usize, 128, 256, 512, 1024] {
-        let mut sparse = Vec::new();
-        let mut dense = Vec::new();
-        for _ in 0..64 {
-            let (mut s, mut d) = (VectorBuf::new(), VectorBuf::new());
-            for key in 0..16u16 {
-                let mut lows: Vec<u16> = (0..k).map(|_| rng.random()).collect();
-                lows.sort_unstable();
-                lows.dedup();
-                let mut words = [0u64; CONTAINER_WORDS];
-                for &low in &lows {
-                    words[usize::from(low) / 64] |= 1 << (low % 64);
+    for count in [64, 512] {
+        let mut group = c.benchmark_group(format!(
+            "sparse or dense: {count} x 16 containers of k bits"
+        ));
+        group
+            .sample_size(10)
+            .warm_up_time(Duration::from_millis(200))
+            .measurement_time(Duration::from_millis(800));
+        for k in [128usize, 192, 256, 384, 512] {
+            let (mut sparse, mut dense) = (Vec::new(), Vec::new());
+            for _ in 0..count {
+                let (mut s, mut d) = (VectorBuf::new(), VectorBuf::new());
+                for key in 0..16u16 {
+                    let mut lows: Vec<u16> = (0..k).map(|_| rng.random()).collect();
+                    lows.sort_unstable();
+                    lows.dedup();
+                    let mut words = [0u64; CONTAINER_WORDS];
+                    for &low in &lows {
+                        words[usize::from(low) / 64] |= 1 << (low % 64);
+                    }
+                    s.push_sparse(key, &lows).expect("keys ascend");
+                    d.push_dense(key, &words).expect("keys ascend");
                 }
-                s.push_sparse(key, &lows).expect("keys ascend");
-                d.push_dense(key, &words).expect("keys ascend");
+                sparse.push(s);
+                dense.push(d);
             }
-            sparse.push(s);
-            dense.push(d);
+            let mut out = vec![0u64; 16 * CONTAINER_WORDS];
+            for (form, vectors) in [("sparse", &sparse), ("dense", &dense)] {
+                let inputs: Vec<VectorPart<'_>> = vectors.iter().map(VectorBuf::as_part).collect();
+                group.bench_function(format!("k={k} {form}"), |b| {
+                    b.iter(|| union(black_box(&inputs), &mut out))
+                });
+            }
         }
-        let mut out = vec![0u64; 16 * CONTAINER_WORDS];
-        for (form, vectors) in [("sparse", &sparse), ("dense", &dense)] {
-            let inputs: Vec<VectorPart<'_>> = vectors.iter().map(VectorBuf::as_part).collect();
-            group.bench_function(format!("k={k} {form}"), |b| {
-                b.iter(|| union(black_box(&inputs), &mut out))
-            });
-        }
+        group.finish();
     }
-    group.finish();
 }
 
 criterion_group! {
