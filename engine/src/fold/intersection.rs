@@ -8,9 +8,7 @@
 
 use rayon::prelude::*;
 
-use super::{
-    CHUNK_WORDS, PARALLEL_IN_WORDS, PartSplitter, PlannedPart, check_fill, run_parts, task_count,
-};
+use super::{CHUNK_WORDS, PartSplitter, PlannedPart, check_fill, parallel, run_parts, task_count};
 use crate::kernels::Kernels;
 use crate::vector::{
     CONTAINER_WORDS, ContainerRef, DenseContainer, MalformedPart, VectorBuf, VectorPart,
@@ -360,7 +358,7 @@ pub fn intersection_count<'a>(terms: &[Term<'_, 'a>]) -> u64 {
         kernels.and_count(srcs)
     };
     count
-        + if runs.words * terms.len() <= PARALLEL_IN_WORDS {
+        + if !parallel(runs.words * terms.len()) {
             let mut srcs = Vec::with_capacity(terms.len());
             runs.pieces()
                 .map(|piece| count_piece(&mut srcs, piece))

@@ -29,23 +29,33 @@ use crate::vector::{CONTAINER_WORDS, PART_MAX_DENSE, VectorBuf, VectorPart};
 /// enough to keep the output chunk in L2 while all inputs are folded into it.
 const CHUNK_WORDS: usize = 8 * CONTAINER_WORDS;
 
-/// A fill is split across cores when it writes more than this many words (256 KiB) ...
-const PARALLEL_OUT_WORDS: usize = 32 * CONTAINER_WORDS;
+/// A fold is split across cores when it moves more than this many words
+/// (32 MiB, the size of L3 here), input and output together. Measured on
+/// this shared 2-core machine (benches/README.md): from DRAM (512 inputs,
+/// 64 MiB) a second thread made the union 1.6x faster; from L3 (64 and 128
+/// inputs, 8 and 16 MiB) waking it and merging cost more than it saved.
+const PARALLEL_WORDS: usize = 4 << 20;
 
-/// ... or reads more than this many input words (4 MiB).
-const PARALLEL_IN_WORDS: usize = 512 * CONTAINER_WORDS;
+/// Whether a fold moving `words` words should use more than one core.
+fn parallel(words: usize) -> bool {
+    words > PARALLEL_WORDS && rayon::current_num_threads() > 1
+}
 
-/// Into how many pieces to split a fill writing `out_words` words from
-/// `in_words` input words: 1 when small, else enough for every core to get
-/// work while each piece keeps at least one chunk.
+/// Into how many pieces to split the output of a fill writing `out_words`
+/// words from `in_words` input words: 1 when small, else a few per core
+/// (so that a core busy elsewhere does not hold the others up), each at
+/// least one container.
 fn task_count(out_words: usize, in_words: usize) -> usize {
-    if out_words <= PARALLEL_OUT_WORDS && in_words <= PARALLEL_IN_WORDS {
+    if !parallel(out_words + in_words) {
         return 1;
     }
     let threads = rayon::current_num_threads();
-    let chunks = out_words.div_ceil(CHUNK_WORDS);
     let containers = out_words / CONTAINER_WORDS;
-    chunks.clamp(threads, 4 * threads).min(containers).max(1)
+    out_words
+        .div_ceil(CHUNK_WORDS)
+        .clamp(threads, 4 * threads)
+        .min(containers)
+        .max(1)
 }
 
 /// One output part of a planned fold: its dense keys (to be filled) and its

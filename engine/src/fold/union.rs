@@ -7,14 +7,12 @@
 //! streams coalesced runs of input words through the fused multi-source OR,
 //! chunk by chunk, and scatters the sparse inputs that land in dense outputs.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
 
 use rayon::prelude::*;
 
-use super::{
-    CHUNK_WORDS, PARALLEL_OUT_WORDS, PartSplitter, PlannedPart, check_fill, run_parts, task_count,
-};
+use super::{CHUNK_WORDS, PartSplitter, PlannedPart, check_fill, run_parts, task_count};
 use crate::kernels::Kernels;
 use crate::vector::{
     CONTAINER_WORDS, DenseContainer, PART_MAX_DENSE, SPARSE_MAX, VectorBuf, VectorPart,
@@ -98,7 +96,8 @@ impl UnionPlan {
         let tasks = task_count(out.len(), fill.input_words);
         if tasks <= 1 {
             fill_range(&fill.runs, &fill.scatters, inputs, 0, out);
-        } else if out.len() <= PARALLEL_OUT_WORDS && fill.runs.len() > 1 {
+        } else if out.len() < 2 * CHUNK_WORDS * rayon::current_num_threads() && fill.runs.len() > 1
+        {
             fill_by_inputs(fill, inputs, out);
         } else {
             let task_words = out.len().div_ceil(tasks).next_multiple_of(CONTAINER_WORDS);
@@ -117,12 +116,13 @@ impl UnionPlan {
 }
 
 /// Fills a small output from many inputs: the runs are dealt round-robin to
-/// groups, each group folds into its own copy of the output (each input
-/// still streams in long runs), and the copies are ORed together. Splitting
-/// the output instead would leave one or two tasks, and a core that is
-/// busy elsewhere would hold the whole fold up.
+/// one group per core, each group folds into its own copy of the output
+/// (each input still streams in long runs), and the copies are ORed
+/// together. Splitting a small output instead would cut each input into
+/// pieces too short for the prefetcher. (More groups than cores balanced
+/// better in theory but measured slower: more copies to merge.)
 fn fill_by_inputs(fill: &UnionFill, inputs: &[VectorPart<'_>], out: &mut [u64]) {
-    let groups = (4 * rayon::current_num_threads()).min(fill.runs.len());
+    let groups = rayon::current_num_threads().min(fill.runs.len());
     let group_runs =
         |g: usize| -> Vec<DenseRun> { fill.runs.iter().skip(g).step_by(groups).copied().collect() };
     let len = out.len();
@@ -132,19 +132,46 @@ fn fill_by_inputs(fill: &UnionFill, inputs: &[VectorPart<'_>], out: &mut [u64]) 
             (1..groups)
                 .into_par_iter()
                 .map(|g| {
-                    let mut words = vec![0u64; len];
+                    let mut words = take_spare(len);
                     fill_range(&group_runs(g), &[], inputs, 0, &mut words);
                     words
                 })
                 .reduce_with(|mut acc, words| {
                     Kernels::best().or_into(&mut acc, &words);
+                    give_spare(words);
                     acc
                 })
         },
     );
     if let Some(words) = rest {
         Kernels::best().or_into(out, &words);
+        give_spare(words);
     }
+}
+
+thread_local! {
+    /// A buffer for a group's copy of a small output, kept between fills:
+    /// allocating it afresh each time cost more than the fold (the kernel
+    /// zero-fills fresh pages).
+    static SPARE: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
+}
+
+/// This thread's spare buffer, `len` words long.
+fn take_spare(len: usize) -> Vec<u64> {
+    let mut words = SPARE.take();
+    words.clear();
+    words.resize(len, 0);
+    words
+}
+
+/// Keeps `words` as this thread's spare buffer if it is the larger one.
+fn give_spare(words: Vec<u64>) {
+    let kept = SPARE.take();
+    SPARE.set(if kept.capacity() >= words.capacity() {
+        kept
+    } else {
+        words
+    });
 }
 
 /// Fills `out`, the output part's words from `lo` on, chunk by chunk, from
