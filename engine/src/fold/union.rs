@@ -271,6 +271,8 @@ struct KeyScratch {
     values: Vec<u32>,
     /// Per key: sparse input containers; then the next scatter index (dense keys).
     containers: Vec<u32>,
+    /// One container's positions, for merging sparse containers.
+    positions: Vec<u64>,
     /// False while a plan runs: a plan that panicked left dirty entries.
     clean: bool,
 }
@@ -281,6 +283,42 @@ fn set_bit(bits: &mut [u64], key: u16) {
 
 fn has_bit(bits: &[u64], key: u16) -> bool {
     bits[usize::from(key) / 64] >> (key % 64) & 1 == 1
+}
+
+/// Sorts `values` and drops repeats, in place; returns how many distinct
+/// values now lead it. Many values go through `bitmap` (one container's
+/// words and a summary word per 64 of them, all zero before and after):
+/// setting their bits and reading back only the words touched avoids the
+/// branch mispredictions of sorting random values.
+fn sort_distinct(values: &mut [u16], bitmap: &mut [u64]) -> usize {
+    if values.len() <= 16 {
+        values.sort_unstable();
+        let mut len = 0;
+        for i in 0..values.len() {
+            if i == 0 || values[i] != values[len - 1] {
+                values[len] = values[i];
+                len += 1;
+            }
+        }
+        return len;
+    }
+    let (words, summary) = bitmap.split_at_mut(CONTAINER_WORDS);
+    for &value in values.iter() {
+        set_bit(words, value);
+        set_bit(summary, value / 64);
+    }
+    let mut len = 0;
+    for_each_key(summary, |w| {
+        let w = usize::from(w);
+        let mut word = std::mem::take(&mut words[w]);
+        while word != 0 {
+            values[len] = (w * 64) as u16 + word.trailing_zeros() as u16;
+            len += 1;
+            word &= word - 1;
+        }
+    });
+    summary.fill(0);
+    len
 }
 
 /// Visits the keys set in `bits`, ascending.
@@ -301,6 +339,7 @@ impl KeyScratch {
             dense: vec![0; KEYS / 64],
             values: vec![0; KEYS],
             containers: vec![0; KEYS],
+            positions: vec![0; CONTAINER_WORDS + CONTAINER_WORDS / 64],
             clean: true,
         }
     }
@@ -404,14 +443,7 @@ impl KeyScratch {
             } else {
                 let values = &mut gathered[gathered_from..self.values[k] as usize];
                 gathered_from = self.values[k] as usize;
-                values.sort_unstable();
-                let mut len = 0;
-                for i in 0..values.len() {
-                    if i == 0 || values[i] != values[len - 1] {
-                        values[len] = values[i];
-                        len += 1;
-                    }
-                }
+                let len = sort_distinct(values, &mut self.positions);
                 splitter.sparse(key, &values[..len]);
             }
             self.values[k] = 0;
