@@ -3,13 +3,15 @@
 //! a group reports the same throughput (bytes of the inputs in bitfold's
 //! form), so throughput ratios are time ratios.
 //!
-//! `cargo bench -p bitfold-benches --bench kernels` (see benches/README.md).
+//! `cargo bench -p bitfold-benches --bench kernels` (see benches/README.md;
+//! `examples/interleaved.rs` measures the union groups round-robin, for
+//! ratios that hold on a busy machine).
 
 use std::hint::black_box;
 use std::time::Duration;
 
-use bitfold_benches::{Workload, read_roof, read_roof_parallel};
-use bitfold_engine::fold::{IntersectionPlan, Term, UnionPlan, intersection_count};
+use bitfold_benches::{DENSITIES, SHAPES, Workload, read_roof, read_roof_parallel, union};
+use bitfold_engine::fold::{IntersectionPlan, Term, intersection_count};
 use bitfold_engine::kernels::Kernels;
 use bitfold_engine::{CONTAINER_WORDS, VectorBuf, VectorPart};
 use criterion::measurement::WallTime;
@@ -17,12 +19,6 @@ use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterio
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use roaring::MultiOps;
-
-/// (vectors, log2 of their width in bits).
-const SHAPES: [(usize, u32); 3] = [(64, 20), (512, 20), (16, 26)];
-
-/// (label, probability of each bit).
-const DENSITIES: [(&str, f64); 3] = [("50%", 0.5), ("1%", 0.01), ("0.01%", 0.0001)];
 
 /// Terms of the AND + count benchmarks.
 const AND_TERMS: usize = 4;
@@ -33,19 +29,6 @@ fn configure(group: &mut BenchmarkGroup<'_, WallTime>, bytes: u64) {
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_millis(1500))
         .throughput(Throughput::Bytes(bytes));
-}
-
-/// The union the system computes: plan, then fill each output part into a
-/// buffer the caller owns (a reused message buffer in the real system).
-fn union(inputs: &[VectorPart<'_>], out: &mut [u64]) -> u64 {
-    let plan = UnionPlan::new(inputs);
-    let mut check = 0;
-    for (i, part) in plan.parts().iter().enumerate() {
-        let words = &mut out[..part.dense_word_count()];
-        plan.fill(i, inputs, words);
-        check ^= words.first().copied().unwrap_or(0) ^ part.sparse_values().len() as u64;
-    }
-    check
 }
 
 fn unions(c: &mut Criterion) {

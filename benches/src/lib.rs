@@ -12,11 +12,32 @@
 //! ```
 #![deny(missing_docs)]
 
+use bitfold_engine::fold::UnionPlan;
 use bitfold_engine::{CONTAINER_BITS, CONTAINER_WORDS, VectorBuf, VectorPart};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 use roaring::RoaringBitmap;
+
+/// The union workloads: (vectors, log2 of their width in bits).
+pub const SHAPES: [(usize, u32); 3] = [(64, 20), (512, 20), (16, 26)];
+
+/// The densities: (label, probability of each bit).
+pub const DENSITIES: [(&str, f64); 3] = [("50%", 0.5), ("1%", 0.01), ("0.01%", 0.0001)];
+
+/// The union the system computes: plan, then fill each output part into a
+/// buffer the caller owns (a reused message buffer in the real system);
+/// `out` must hold the largest part. Returns a word that depends on the result.
+pub fn union(inputs: &[VectorPart<'_>], out: &mut [u64]) -> u64 {
+    let plan = UnionPlan::new(inputs);
+    let mut check = 0;
+    for (i, part) in plan.parts().iter().enumerate() {
+        let words = &mut out[..part.dense_word_count()];
+        plan.fill(i, inputs, words);
+        check ^= words.first().copied().unwrap_or(0) ^ part.sparse_values().len() as u64;
+    }
+    check
+}
 
 /// The same vectors in both libraries' forms.
 pub struct Workload {
