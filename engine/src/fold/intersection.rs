@@ -53,7 +53,7 @@ impl<'t, 'a> Term<'t, 'a> {
         self.parts.iter().flat_map(|p| p.containers())
     }
 
-    /// Words `start..start + len` of the dense words of the term's part `part`.
+    /// `len` words from `offset` words into the dense container at `loc`.
     fn words(&self, loc: DenseLoc, offset: usize, len: usize) -> &'a [u64] {
         let start = loc.index as usize * CONTAINER_WORDS + offset;
         &self.parts[loc.part as usize].dense_words()[start..start + len]
@@ -269,7 +269,7 @@ impl IntersectionPlan {
         let mut values = Vec::new();
         walk(terms, |key, containers, locs| {
             if all_dense(containers) {
-                let (part, _) = splitter.dense(key);
+                let part = splitter.dense(key);
                 if part == fills.len() {
                     fills.push(AndRuns::default());
                 }

@@ -12,7 +12,7 @@
 //!
 //! Filling streams: input containers that are consecutive in memory and land
 //! on consecutive output containers are folded as one long slice, the output
-//! is processed [`CHUNK_WORDS`] at a time with the fused multi-source kernels,
+//! is processed 64 KiB at a time with the fused multi-source kernels,
 //! and a large fold is split across cores with rayon.
 
 mod intersection;
@@ -132,15 +132,13 @@ impl PartSplitter {
             .expect("the splitter always holds a part")
     }
 
-    /// Adds a dense container; returns its part and slot in that part.
-    fn dense(&mut self, key: u16) -> (usize, usize) {
+    /// Adds a dense container; returns the index of its part.
+    fn dense(&mut self, key: u16) -> usize {
         if self.current().dense_keys.len() == PART_MAX_DENSE {
             self.parts.push(PlannedPart::default());
         }
-        let part = self.parts.len() - 1;
-        let dense_keys = &mut self.current().dense_keys;
-        dense_keys.push(key);
-        (part, dense_keys.len() - 1)
+        self.current().dense_keys.push(key);
+        self.parts.len() - 1
     }
 
     fn sparse(&mut self, key: u16, values: &[u16]) {

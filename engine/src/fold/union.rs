@@ -56,7 +56,8 @@ struct UnionFill {
     runs: Vec<DenseRun>,
     /// Ascending by `slot`.
     scatters: Vec<Scatter>,
-    /// Words of dense input plus sparse values read: decides parallelism.
+    /// Dense input words, plus four per sparse value scattered (a scatter
+    /// costs about what streaming a few words does): decides parallelism.
     input_words: usize,
 }
 
@@ -150,11 +151,14 @@ fn fill_by_inputs(fill: &UnionFill, inputs: &[VectorPart<'_>], out: &mut [u64]) 
 }
 
 thread_local! {
-    /// A buffer for a group's copy of a small output, kept between fills:
-    /// allocating it afresh each time cost more than the fold (the kernel
-    /// zero-fills fresh pages).
+    /// A buffer for a group's copy of a small output, kept between fills so
+    /// that each fill does not fault in fresh pages for it (the kernel
+    /// zero-fills them; FINDINGS saw that dominate 128 KiB round trips).
     static SPARE: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
 }
+
+/// The largest spare buffer a thread keeps (256 KiB).
+const SPARE_MAX_WORDS: usize = 32 * CONTAINER_WORDS;
 
 /// This thread's spare buffer, `len` words long.
 fn take_spare(len: usize) -> Vec<u64> {
@@ -164,14 +168,17 @@ fn take_spare(len: usize) -> Vec<u64> {
     words
 }
 
-/// Keeps `words` as this thread's spare buffer if it is the larger one.
+/// Keeps `words` as this thread's spare buffer if it is the larger one and
+/// not over [`SPARE_MAX_WORDS`].
 fn give_spare(words: Vec<u64>) {
     let kept = SPARE.take();
-    SPARE.set(if kept.capacity() >= words.capacity() {
-        kept
-    } else {
-        words
-    });
+    SPARE.set(
+        if kept.capacity() >= words.capacity() || words.capacity() > SPARE_MAX_WORDS {
+            kept
+        } else {
+            words
+        },
+    );
 }
 
 /// Fills `out`, the output part's words from `lo` on, chunk by chunk, from

@@ -9,7 +9,7 @@
 //! chosen once at run time, so a portable binary runs at the speed of a
 //! `target-cpu=native` one.
 //!
-//! Multi-source ORs fold [`FUSE`](generic::FUSE) sources per pass
+//! Multi-source ORs fold four sources per pass
 //! (`acc |= a | b | c | d`, so the accumulator is loaded and stored once per
 //! four sources), 64 KiB of accumulator at a time so that the accumulator
 //! stays in L2 while the sources stream from memory.
