@@ -161,10 +161,7 @@ fn import_into_a_data_dir_is_all_or_nothing() {
     let store = bitfold_engine::store::Store::open(&store_dir).unwrap();
     let snapshot = store.snapshot();
     assert_eq!(snapshot.vids().collect::<Vec<_>>(), vec![10, 11]);
-    let bits: Vec<u32> = snapshot
-        .parts(10)
-        .flat_map(|p| p.bits().collect::<Vec<_>>())
-        .collect();
+    let bits: Vec<u32> = snapshot.parts(10).flat_map(|p| p.bits()).collect();
     let bits: std::collections::BTreeSet<u32> = bits.into_iter().collect();
     assert_eq!(bits, [1, 100_000].into());
 }

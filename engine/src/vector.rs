@@ -337,7 +337,7 @@ impl<'a> VectorPart<'a> {
     }
 
     /// The set bits, ascending.
-    pub fn bits(&self) -> impl Iterator<Item = u32> + 'a {
+    pub fn bits(&self) -> impl Iterator<Item = u32> + use<'a> {
         self.containers().flat_map(|(key, container)| {
             let base = first_bit_of(key);
             container.positions().map(move |low| base | u32::from(low))

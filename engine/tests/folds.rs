@@ -110,9 +110,7 @@ fn bits(part: VectorPart<'_>) -> BTreeSet<u32> {
 }
 
 fn result_bits(bufs: &[VectorBuf]) -> BTreeSet<u32> {
-    bufs.iter()
-        .flat_map(|b| b.as_part().bits().collect::<Vec<_>>())
-        .collect()
+    bufs.iter().flat_map(|b| b.as_part().bits()).collect()
 }
 
 /// Compares without printing millions of bits when wrong.

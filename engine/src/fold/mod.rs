@@ -186,9 +186,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     fn bits_of(bufs: &[VectorBuf]) -> BTreeSet<u32> {
-        bufs.iter()
-            .flat_map(|b| b.as_part().bits().collect::<Vec<_>>())
-            .collect()
+        bufs.iter().flat_map(|b| b.as_part().bits()).collect()
     }
 
     #[test]
