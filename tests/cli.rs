@@ -161,10 +161,7 @@ fn import_into_a_data_dir_is_all_or_nothing() {
     let store = bitfold_engine::store::Store::open(&store_dir).unwrap();
     let snapshot = store.snapshot();
     assert_eq!(snapshot.vids().collect::<Vec<_>>(), vec![10, 11]);
-    let bits: Vec<u32> = snapshot
-        .parts(10)
-        .flat_map(|p| p.bits().collect::<Vec<_>>())
-        .collect();
+    let bits: Vec<u32> = snapshot.parts(10).flat_map(|p| p.bits()).collect();
     let bits: std::collections::BTreeSet<u32> = bits.into_iter().collect();
     assert_eq!(bits, [1, 100_000].into());
 }
@@ -183,5 +180,91 @@ fn help_lists_every_command() {
     assert!(
         text.contains("Exit codes"),
         "--help documents the exit codes"
+    );
+}
+
+/// `bitfold demo` runs a cluster, loads the sample and checks every answer.
+#[test]
+fn the_demo_answers_and_checks_itself() {
+    let run = bitfold(&["demo"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let text = stdout(&run);
+    let checked = text.matches("(same as computed locally)").count();
+    assert!(checked >= 5, "the demo should check each example: {text}");
+    assert!(text.contains("error: bad query at byte 6"), "{text}");
+}
+
+/// Four consecutive free loopback ports (master + 3 slaves for `up`).
+fn free_port_block() -> u16 {
+    for _ in 0..50 {
+        let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = first.local_addr().unwrap().port();
+        if port > 65_000 {
+            continue;
+        }
+        let rest: Vec<_> = (1..4)
+            .map(|i| std::net::TcpListener::bind(("127.0.0.1", port + i)))
+            .collect();
+        if rest.iter().all(Result::is_ok) {
+            return port;
+        }
+    }
+    panic!("no block of four free ports");
+}
+
+/// `bitfold up` serves until SIGTERM, exits 0, and a second `up` on the
+/// same directory brings back the same cluster with its data.
+#[test]
+fn up_serves_until_sigterm_and_comes_back_with_its_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("cluster");
+    let port = free_port_block();
+    let args = |extra: &[&str]| {
+        let mut args: Vec<String> = vec![
+            "up".into(),
+            "--dir".into(),
+            data.display().to_string(),
+            "--port".into(),
+            port.to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let master = format!("127.0.0.1:{port}");
+    let up = crate::util::Server::start("master", &args(&["--replicas", "2"])).expect("up starts");
+    assert_eq!(up.addr, master);
+    let file = dir.path().join("v.csv");
+    fs::write(&file, "1,10\n2,10\n2,11\n").unwrap();
+    let run = bitfold(&["import", "--master", &master, file.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    up.signal(libc::SIGTERM);
+    let mut up = up;
+    let status = up.wait();
+    assert!(status.success(), "up should exit 0 on SIGTERM: {status:?}");
+
+    let contradiction = bitfold(&[
+        "up",
+        "--dir",
+        data.to_str().unwrap(),
+        "--port",
+        &port.to_string(),
+        "--slaves",
+        "5",
+    ]);
+    assert!(!contradiction.status.success());
+    assert!(
+        stderr(&contradiction).contains("cluster.toml"),
+        "{}",
+        stderr(&contradiction)
+    );
+
+    let _up = crate::util::Server::start("master", &args(&[])).expect("up starts again");
+    let run = bitfold(&["query", "--master", &master, "--output", "bits", "R:1-2"]);
+    assert_eq!(stdout(&run), "10\n11\n", "{}", stderr(&run));
+    let run = bitfold(&["status", "--master", &master]);
+    assert!(
+        stdout(&run).contains("3 of 3 slaves up"),
+        "{}",
+        stdout(&run)
     );
 }

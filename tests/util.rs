@@ -110,6 +110,11 @@ impl Server {
         }
     }
 
+    /// Waits for the process to exit.
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().expect("the process can be waited for")
+    }
+
     /// SIGKILL, and reap it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -101,10 +101,7 @@ impl RandomBits for Rng {
 type Oracle = BTreeMap<u64, BTreeSet<u32>>;
 
 fn bits_of(snapshot: &Snapshot, vid: u64) -> BTreeSet<u32> {
-    snapshot
-        .parts(vid)
-        .flat_map(|p| p.bits().collect::<Vec<_>>())
-        .collect()
+    snapshot.parts(vid).flat_map(|p| p.bits()).collect()
 }
 
 fn assert_holds(store: &Store, oracle: &Oracle) {

@@ -278,7 +278,7 @@ mod tests {
         let got: Vec<u32> = views(&parts)
             .unwrap()
             .iter()
-            .flat_map(|p| p.bits().collect::<Vec<_>>())
+            .flat_map(|p| p.bits())
             .collect();
         let mut want: Vec<u32> = (0..2000).map(|i| i * 7).chain([3, 1 << 30]).collect();
         want.sort_unstable();

@@ -36,7 +36,7 @@
 //! store.import(&[(7, b.as_part())]).unwrap();
 //! let snapshot = store.snapshot();
 //! let bits: std::collections::BTreeSet<u32> =
-//!     snapshot.parts(7).flat_map(|p| p.bits().collect::<Vec<_>>()).collect();
+//!     snapshot.parts(7).flat_map(|p| p.bits()).collect();
 //! assert_eq!(bits.into_iter().collect::<Vec<_>>(), [1, 2, 3, 4]);
 //! ```
 

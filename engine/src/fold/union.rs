@@ -1,0 +1,476 @@
+//! The union (OR) of any number of parts.
+//!
+//! Planning touches each input container once, without sorting them: the
+//! key space has only 2^16 keys, so per-key counters in a per-thread scratch
+//! (reset only where touched) say which output containers exist, which are
+//! dense, and where each input container's words or values go. Filling then
+//! streams coalesced runs of input words through the fused multi-source OR,
+//! chunk by chunk, and scatters the sparse inputs that land in dense outputs.
+
+use std::cell::{Cell, RefCell};
+use std::cmp::Reverse;
+
+use rayon::prelude::*;
+
+use super::{CHUNK_WORDS, PartSplitter, PlannedPart, check_fill, run_parts, task_count};
+use crate::kernels::Kernels;
+use crate::vector::{
+    CONTAINER_WORDS, DenseContainer, PART_MAX_DENSE, SPARSE_MAX, VectorBuf, VectorPart,
+};
+
+/// Consecutive dense containers of one input that land on consecutive
+/// output slots of one part: folded as one slice.
+#[derive(Debug, Clone, Copy)]
+struct DenseRun {
+    /// Index of the input part.
+    input: u32,
+    /// First word in the input's dense words.
+    src: usize,
+    /// First word in the output part's words.
+    out: usize,
+    /// Length in words.
+    len: usize,
+}
+
+impl DenseRun {
+    fn end(&self) -> usize {
+        self.out + self.len
+    }
+}
+
+/// A sparse input container that lands in a dense output container.
+#[derive(Debug, Clone, Copy, Default)]
+struct Scatter {
+    /// Dense slot in the output part.
+    slot: u32,
+    /// Index of the input part.
+    input: u32,
+    /// Index of the sparse container in the input part.
+    container: u32,
+}
+
+/// What filling one output part reads.
+#[derive(Debug, Clone, Default)]
+struct UnionFill {
+    /// Ascending by `out`.
+    runs: Vec<DenseRun>,
+    /// Ascending by `slot`.
+    scatters: Vec<Scatter>,
+    /// Dense input words, plus four per sparse value scattered (a scatter
+    /// costs about what streaming a few words does): decides parallelism.
+    input_words: usize,
+}
+
+/// The plan of a union (OR) of any number of parts, in any order, overlapping or not.
+#[derive(Debug, Clone)]
+pub struct UnionPlan {
+    parts: Vec<PlannedPart>,
+    fills: Vec<UnionFill>,
+    inputs: usize,
+}
+
+impl UnionPlan {
+    /// Plans the union of `inputs`. An output container is dense where any
+    /// input is dense or the sparse inputs hold more than [`SPARSE_MAX`] bits
+    /// between them (counting repeats).
+    pub fn new(inputs: &[VectorPart<'_>]) -> UnionPlan {
+        SCRATCH.with_borrow_mut(|scratch| scratch.plan(inputs))
+    }
+
+    /// The output parts, key-disjoint and ascending.
+    pub fn parts(&self) -> &[PlannedPart] {
+        &self.parts
+    }
+
+    /// Writes the dense containers of output part `part` into `out`, which
+    /// must hold exactly [`PlannedPart::dense_word_count`] words (anything in
+    /// it is overwritten). `inputs` must be the parts the plan was made from.
+    ///
+    /// # Panics
+    ///
+    /// If `out` has the wrong length, or `inputs` are not the plan's (when
+    /// that shows: their number differs, or a container is out of range).
+    pub fn fill(&self, part: usize, inputs: &[VectorPart<'_>], out: &mut [u64]) {
+        let planned = &self.parts[part];
+        check_fill(planned, out, inputs.len(), self.inputs);
+        let fill = &self.fills[part];
+        let tasks = task_count(out.len(), fill.input_words);
+        if tasks <= 1 {
+            fill_range(&fill.runs, &fill.scatters, inputs, 0, out);
+        } else if out.len() < 2 * CHUNK_WORDS * rayon::current_num_threads() && fill.runs.len() > 1
+        {
+            fill_by_inputs(fill, inputs, out);
+        } else {
+            let task_words = out.len().div_ceil(tasks).next_multiple_of(CONTAINER_WORDS);
+            out.par_chunks_mut(task_words)
+                .enumerate()
+                .for_each(|(t, words)| {
+                    fill_range(&fill.runs, &fill.scatters, inputs, t * task_words, words)
+                });
+        }
+    }
+
+    /// Runs the whole fold into owned vectors, one per output part.
+    pub fn run(&self, inputs: &[VectorPart<'_>]) -> Vec<VectorBuf> {
+        run_parts(&self.parts, |i, words| self.fill(i, inputs, words))
+    }
+}
+
+/// Fills a small output from many inputs: the runs are dealt round-robin to
+/// one group per core, each group folds into its own copy of the output
+/// (each input still streams in long runs), and the copies are ORed
+/// together. Splitting a small output instead would cut each input into
+/// pieces too short for the prefetcher. (More groups than cores balanced
+/// better in theory but measured slower: more copies to merge.)
+fn fill_by_inputs(fill: &UnionFill, inputs: &[VectorPart<'_>], out: &mut [u64]) {
+    let groups = rayon::current_num_threads().min(fill.runs.len());
+    let group_runs =
+        |g: usize| -> Vec<DenseRun> { fill.runs.iter().skip(g).step_by(groups).copied().collect() };
+    let len = out.len();
+    let (_, rest) = rayon::join(
+        || fill_range(&group_runs(0), &fill.scatters, inputs, 0, out),
+        || {
+            (1..groups)
+                .into_par_iter()
+                .map(|g| {
+                    let mut words = take_spare(len);
+                    fill_range(&group_runs(g), &[], inputs, 0, &mut words);
+                    words
+                })
+                .reduce_with(|mut acc, words| {
+                    Kernels::best().or_into(&mut acc, &words);
+                    give_spare(words);
+                    acc
+                })
+        },
+    );
+    if let Some(words) = rest {
+        Kernels::best().or_into(out, &words);
+        give_spare(words);
+    }
+}
+
+thread_local! {
+    /// A buffer for a group's copy of a small output, kept between fills so
+    /// that each fill does not fault in fresh pages for it (the kernel
+    /// zero-fills them; FINDINGS saw that dominate 128 KiB round trips).
+    static SPARE: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
+}
+
+/// The largest spare buffer a thread keeps (256 KiB).
+const SPARE_MAX_WORDS: usize = 32 * CONTAINER_WORDS;
+
+/// This thread's spare buffer, `len` words long.
+fn take_spare(len: usize) -> Vec<u64> {
+    let mut words = SPARE.take();
+    words.clear();
+    words.resize(len, 0);
+    words
+}
+
+/// Keeps `words` as this thread's spare buffer if it is the larger one and
+/// not over [`SPARE_MAX_WORDS`].
+fn give_spare(words: Vec<u64>) {
+    let kept = SPARE.take();
+    SPARE.set(
+        if kept.capacity() >= words.capacity() || words.capacity() > SPARE_MAX_WORDS {
+            kept
+        } else {
+            words
+        },
+    );
+}
+
+/// Fills `out`, the output part's words from `lo` on, chunk by chunk, from
+/// `runs` (ascending by output word) and `scatters` (ascending by slot).
+fn fill_range(
+    runs: &[DenseRun],
+    scatters: &[Scatter],
+    inputs: &[VectorPart<'_>],
+    lo: usize,
+    out: &mut [u64],
+) {
+    let kernels = Kernels::best();
+    let mut next_run = 0;
+    let mut active: Vec<DenseRun> = Vec::new();
+    let mut pieces: Vec<(usize, usize, &[u64])> = Vec::new();
+    let mut srcs: Vec<&[u64]> = Vec::new();
+    let first_slot = (lo / CONTAINER_WORDS) as u32;
+    let mut next_scatter = scatters.partition_point(|s| s.slot < first_slot);
+    let mut c0 = lo;
+    for chunk in out.chunks_mut(CHUNK_WORDS) {
+        let c1 = c0 + chunk.len();
+        active.retain(|r| r.end() > c0);
+        while let Some(run) = runs.get(next_run).filter(|r| r.out < c1) {
+            if run.end() > c0 {
+                active.push(*run);
+            }
+            next_run += 1;
+        }
+        pieces.clear();
+        for run in &active {
+            let (start, end) = (run.out.max(c0), run.end().min(c1));
+            let words = inputs[run.input as usize].dense_words();
+            let src = run.src + (start - run.out);
+            pieces.push((start - c0, end - start, &words[src..src + (end - start)]));
+        }
+        // Equal windows side by side, the widest first at each start.
+        pieces.sort_unstable_by_key(|&(start, len, _)| (start, Reverse(len)));
+        let overwrite = pieces
+            .first()
+            .is_some_and(|&(start, len, _)| start == 0 && len == chunk.len());
+        if !overwrite {
+            chunk.fill(0);
+        }
+        for (i, group) in pieces.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)).enumerate() {
+            let (start, len, _) = group[0];
+            srcs.clear();
+            srcs.extend(group.iter().map(|p| p.2));
+            let target = &mut chunk[start..start + len];
+            if i == 0 && overwrite {
+                kernels.write_or(target, &srcs);
+            } else {
+                kernels.or_many_into(target, &srcs);
+            }
+        }
+        let end_slot = (c1 / CONTAINER_WORDS) as u32;
+        while let Some(scatter) = scatters.get(next_scatter).filter(|s| s.slot < end_slot) {
+            let input = &inputs[scatter.input as usize];
+            let c = scatter.container as usize;
+            let ends = input.sparse_ends();
+            let start = if c == 0 { 0 } else { ends[c - 1] as usize };
+            let values = &input.sparse_values()[start..ends[c] as usize];
+            let at = scatter.slot as usize * CONTAINER_WORDS - c0;
+            let container = (&mut chunk[at..at + CONTAINER_WORDS])
+                .try_into()
+                .expect("a dense container is CONTAINER_WORDS words");
+            set_positions(container, values);
+            next_scatter += 1;
+        }
+        c0 = c1;
+    }
+}
+
+/// Sets the bits at `positions` in one dense container.
+fn set_positions(words: &mut DenseContainer, positions: &[u16]) {
+    for &low in positions {
+        words[usize::from(low) / 64] |= 1 << (low % 64);
+    }
+}
+
+/// Number of container keys.
+const KEYS: usize = 1 << 16;
+
+thread_local! {
+    static SCRATCH: RefCell<KeyScratch> = RefCell::new(KeyScratch::new());
+}
+
+/// Per-key counters for planning a union, kept per thread so that a plan
+/// allocates nothing proportional to the key space. Between plans every
+/// entry is zero; a plan resets exactly the entries it touched.
+struct KeyScratch {
+    /// Keys some input has a container at.
+    touched: Vec<u64>,
+    /// Keys whose output container is dense.
+    dense: Vec<u64>,
+    /// Per key: sparse values in the inputs; then the output slot (dense
+    /// keys) or the end of its values so far in the gathered values (sparse keys).
+    values: Vec<u32>,
+    /// Per key: sparse input containers; then the next scatter index (dense keys).
+    containers: Vec<u32>,
+    /// One container's positions, for merging sparse containers.
+    positions: Vec<u64>,
+    /// False while a plan runs: a plan that panicked left dirty entries.
+    clean: bool,
+}
+
+fn set_bit(bits: &mut [u64], key: u16) {
+    bits[usize::from(key) / 64] |= 1 << (key % 64);
+}
+
+fn has_bit(bits: &[u64], key: u16) -> bool {
+    bits[usize::from(key) / 64] >> (key % 64) & 1 == 1
+}
+
+/// Sorts `values` and drops repeats, in place; returns how many distinct
+/// values now lead it. Many values go through `bitmap` (one container's
+/// words and a summary word per 64 of them, all zero before and after):
+/// setting their bits and reading back only the words touched avoids the
+/// branch mispredictions of sorting random values.
+fn sort_distinct(values: &mut [u16], bitmap: &mut [u64]) -> usize {
+    if values.len() <= 16 {
+        values.sort_unstable();
+        let mut len = 0;
+        for i in 0..values.len() {
+            if i == 0 || values[i] != values[len - 1] {
+                values[len] = values[i];
+                len += 1;
+            }
+        }
+        return len;
+    }
+    let (words, summary) = bitmap.split_at_mut(CONTAINER_WORDS);
+    for &value in values.iter() {
+        set_bit(words, value);
+        set_bit(summary, value / 64);
+    }
+    let mut len = 0;
+    for_each_key(summary, |w| {
+        let w = usize::from(w);
+        let mut word = std::mem::take(&mut words[w]);
+        while word != 0 {
+            values[len] = (w * 64) as u16 + word.trailing_zeros() as u16;
+            len += 1;
+            word &= word - 1;
+        }
+    });
+    summary.fill(0);
+    len
+}
+
+/// Visits the keys set in `bits`, ascending.
+fn for_each_key(bits: &[u64], mut f: impl FnMut(u16)) {
+    for (w, &word) in bits.iter().enumerate() {
+        let mut word = word;
+        while word != 0 {
+            f((w * 64) as u16 + word.trailing_zeros() as u16);
+            word &= word - 1;
+        }
+    }
+}
+
+impl KeyScratch {
+    fn new() -> Self {
+        KeyScratch {
+            touched: vec![0; KEYS / 64],
+            dense: vec![0; KEYS / 64],
+            values: vec![0; KEYS],
+            containers: vec![0; KEYS],
+            positions: vec![0; CONTAINER_WORDS + CONTAINER_WORDS / 64],
+            clean: true,
+        }
+    }
+
+    fn plan(&mut self, inputs: &[VectorPart<'_>]) -> UnionPlan {
+        if !self.clean {
+            *self = KeyScratch::new();
+        }
+        self.clean = false;
+
+        // Which keys exist, which are dense in some input, how many sparse values.
+        for part in inputs {
+            for &key in part.dense_keys() {
+                set_bit(&mut self.touched, key);
+                set_bit(&mut self.dense, key);
+            }
+            for (key, values) in part.sparse_containers() {
+                set_bit(&mut self.touched, key);
+                let k = usize::from(key);
+                self.values[k] = self.values[k].saturating_add(values.len() as u32);
+                self.containers[k] += 1;
+            }
+        }
+
+        // Decide each key; give dense keys their slot and scatter range,
+        // sparse keys their range of gathered values.
+        let (mut slots, mut scatter_count, mut value_count) = (0u32, 0u32, 0u32);
+        for_each_key(&self.touched, |key| {
+            let k = usize::from(key);
+            if has_bit(&self.dense, key) || self.values[k] as usize > SPARSE_MAX {
+                set_bit(&mut self.dense, key);
+                self.values[k] = slots;
+                slots += 1;
+                let n = self.containers[k];
+                self.containers[k] = scatter_count;
+                scatter_count += n;
+            } else {
+                let n = self.values[k];
+                self.values[k] = value_count;
+                value_count += n;
+            }
+        });
+
+        // Place every input container.
+        let part_count = (slots as usize).div_ceil(PART_MAX_DENSE).max(1);
+        let mut fills = vec![UnionFill::default(); part_count];
+        let mut scatters = vec![Scatter::default(); scatter_count as usize];
+        // Per part: scatters, and sparse values they set.
+        let mut per_part = vec![(0usize, 0usize); part_count];
+        let mut gathered = vec![0u16; value_count as usize];
+        for (i, part) in inputs.iter().enumerate() {
+            let input = i as u32;
+            let keys = part.dense_keys();
+            let mut first = 0;
+            while first < keys.len() {
+                let slot = self.values[usize::from(keys[first])] as usize;
+                let mut end = first + 1;
+                while end < keys.len()
+                    && keys[end] == keys[end - 1] + 1
+                    && !(slot + end - first).is_multiple_of(PART_MAX_DENSE)
+                {
+                    end += 1;
+                }
+                fills[slot / PART_MAX_DENSE].runs.push(DenseRun {
+                    input,
+                    src: first * CONTAINER_WORDS,
+                    out: slot % PART_MAX_DENSE * CONTAINER_WORDS,
+                    len: (end - first) * CONTAINER_WORDS,
+                });
+                first = end;
+            }
+            for (c, (key, values)) in part.sparse_containers().enumerate() {
+                let k = usize::from(key);
+                if has_bit(&self.dense, key) {
+                    let slot = self.values[k] as usize;
+                    scatters[self.containers[k] as usize] = Scatter {
+                        slot: (slot % PART_MAX_DENSE) as u32,
+                        input,
+                        container: c as u32,
+                    };
+                    self.containers[k] += 1;
+                    let counts = &mut per_part[slot / PART_MAX_DENSE];
+                    counts.0 += 1;
+                    counts.1 += values.len();
+                } else {
+                    let at = self.values[k] as usize;
+                    gathered[at..at + values.len()].copy_from_slice(values);
+                    self.values[k] += values.len() as u32;
+                }
+            }
+        }
+
+        // Build the output parts in key order and reset what was touched.
+        let mut splitter = PartSplitter::new();
+        let mut gathered_from = 0;
+        let touched = std::mem::take(&mut self.touched);
+        for_each_key(&touched, |key| {
+            let k = usize::from(key);
+            if has_bit(&self.dense, key) {
+                splitter.dense(key);
+            } else {
+                let values = &mut gathered[gathered_from..self.values[k] as usize];
+                gathered_from = self.values[k] as usize;
+                let len = sort_distinct(values, &mut self.positions);
+                splitter.sparse(key, &values[..len]);
+            }
+            self.values[k] = 0;
+            self.containers[k] = 0;
+        });
+        self.touched = touched;
+        self.touched.fill(0);
+        self.dense.fill(0);
+        self.clean = true;
+
+        let mut scatters = scatters.into_iter();
+        for (fill, &(count, values)) in fills.iter_mut().zip(&per_part) {
+            fill.runs.sort_unstable_by_key(|r| r.out);
+            fill.scatters = scatters.by_ref().take(count).collect();
+            fill.input_words = fill.runs.iter().map(|r| r.len).sum::<usize>() + values * 4;
+        }
+        UnionPlan {
+            parts: splitter.finish(),
+            fills,
+            inputs: inputs.len(),
+        }
+    }
+}
