@@ -2,7 +2,6 @@
 //! build the objects the library crates provide, dispatch, and turn any
 //! failure into one `error:` line and a documented exit code (see `--help`).
 
-mod bench;
 mod cli;
 mod commands;
 

@@ -17,9 +17,9 @@ use super::demo::read_vectors;
 use super::import::{Destination, import_paths};
 use super::local::{Layout, LocalCluster, numbered_cluster};
 use super::serve::policy;
-use crate::bench::harness::{self, Limit, Measured, Plan, Reply};
-use crate::bench::workload::{self, DataSet, Shape, part_bytes};
 use crate::cli::{BenchArgs, BenchForm};
+use bitfold_benches::dataset::{self, DataSet, Shape, part_bytes};
+use bitfold_benches::harness::{self, Limit, Measured, Plan, Reply};
 
 /// Queries a run makes when neither `--queries` nor `--duration` is given.
 const DEFAULT_QUERIES: u64 = 1000;
@@ -60,8 +60,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         None => generated.vectors,
     };
     // Refuse an impossible shape before anything is started or loaded.
-    workload::queries(usize::try_from(vectors)?, shape, 0, args.seed)
-        .map_err(anyhow::Error::msg)?;
+    dataset::queries(usize::try_from(vectors)?, shape, 0, args.seed).map_err(anyhow::Error::msg)?;
 
     let dir = tempfile::tempdir().context("cannot create a directory for the local cluster")?;
     let (stops, _stopped) = mpsc::channel();
@@ -96,7 +95,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Limit::Queries(count) => (plan.warmup + count).min(MOST_DISTINCT_QUERIES),
         Limit::Time(_) => MOST_DISTINCT_QUERIES,
     };
-    let queries = workload::queries(catalog.vids.len(), shape, list_len as usize, args.seed)
+    let queries = dataset::queries(catalog.vids.len(), shape, list_len as usize, args.seed)
         .map_err(anyhow::Error::msg)?;
     let messages: Vec<String> = queries.iter().map(|q| q.message(&catalog.vids)).collect();
     let form = format(args.form);

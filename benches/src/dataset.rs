@@ -1,5 +1,6 @@
-//! The benchmark's data set and queries, generated from a seed: the same on
-//! every run and for every system measured (bitfold, Redis, roaring-rs).
+//! The range-query benchmark's data set and queries, generated from a seed:
+//! the same on every run and for every system measured (bitfold, Redis,
+//! roaring-rs).
 //!
 //! Vector `i` of a [`DataSet`] has vid `first_vid + i`; each of its bits
 //! `0..bits` is set independently with probability `density`. A [`Query`]
