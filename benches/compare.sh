@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The side-by-side comparison of benches/README.md, in one run: bitfold,
+# Redis, roaring-rs and the memory roof on the same vectors and queries
+# (default workload: 4 slaves, 2000 vectors of 2^20 bits, 3 terms x 64 vids,
+# 50% and 1% density, concurrency 2), the chart of queries/s against vids
+# per term, then the words-form throughput of a 2^26-bit answer.
+#
+#   benches/compare.sh [compare flags...]     e.g. --rounds 5, --densities 0.5
+#
+# Writes benches/compare.json and benches/compare.svg; needs redis-server
+# (scripts/setup installs it). The comparison starts and stops its own
+# Redis and bitfold cluster on free loopback ports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo build --release --quiet -p bitfold -p bitfold-benches --bin bitfold --bin compare
+target/release/compare --json benches/compare.json --chart benches/compare.svg "$@"
+
+echo
+echo "words form of a 2^26-bit answer (16 vectors of 2^26 bits at 50%, 1 term x 4 vids):"
+target/release/bitfold bench --vectors 16 --bits 2^26 --terms 1 --vids-per-term 4 \
+    --form words --queries 100 --concurrency 2
