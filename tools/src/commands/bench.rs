@@ -19,7 +19,7 @@ use super::local::{Layout, LocalCluster, numbered_cluster};
 use super::serve::policy;
 use crate::cli::{BenchArgs, BenchForm};
 use bitfold_benches::dataset::{self, DataSet, Shape, part_bytes};
-use bitfold_benches::harness::{self, Limit, Measured, Plan, Reply};
+use bitfold_benches::harness::{self, Limit, Measured, Plan, Reply, process_cpu};
 
 /// Queries a run makes when neither `--queries` nor `--duration` is given.
 const DEFAULT_QUERIES: u64 = 1000;
@@ -287,23 +287,6 @@ fn progress_bar(limit: Limit) -> ProgressBar {
             bar
         }
     }
-}
-
-/// CPU time this process has used so far, all threads, user and system.
-fn process_cpu() -> Duration {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes a `rusage` into the pointer it is given,
-    // which points to one; RUSAGE_SELF is always a valid target.
-    let usage = unsafe {
-        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
-            return Duration::ZERO;
-        }
-        usage.assume_init()
-    };
-    let time = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-    };
-    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 /// What a run measured, as printed (and as the `--json` line's fields).

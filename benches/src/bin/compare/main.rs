@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bitfold_benches::dataset::{self, DataSet, Query, Shape, part_bytes};
-use bitfold_benches::harness::{self, Limit, Measured, Plan, Reply};
+use bitfold_benches::harness::{self, Limit, Measured, Plan, Reply, process_cpu};
 use bitfold_benches::read_roof_parallel;
 use bitfold_engine::{VectorBuf, VectorPart, words};
 use bitfold_rpc::client::{Answer, Client, Format};
@@ -557,22 +557,6 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 fn percent(density: f64) -> String {
     format!("{}%", density * 100.0)
-}
-
-/// CPU time of this process so far, all threads.
-fn process_cpu() -> Duration {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes one `rusage` where it is pointed, and RUSAGE_SELF is valid.
-    let usage = unsafe {
-        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
-            return Duration::ZERO;
-        }
-        usage.assume_init()
-    };
-    let time = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-    };
-    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 fn print_outcome(args: &Args, server: &redis::Server, outcome: &Outcome) {
