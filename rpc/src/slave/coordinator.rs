@@ -80,6 +80,49 @@ async fn run_term(
     })
 }
 
+/// A query of one term: its vector is the answer. A chain that starts
+/// here ends in this reply directly, and a vector another machine returns
+/// is copied into it once, instead of going through an intersection of one.
+async fn single_term(
+    slave: &Slave,
+    machines: Machines<'_>,
+    you: u32,
+    nodes: Nodes<'_>,
+    budget: Budget,
+    mut results: slave::CoordinateResults,
+) -> capnp::Result<()> {
+    let step = if nodes.is_empty() {
+        results.get().init_result().init_vector(0);
+        return Ok(());
+    } else if nodes.get(0).get_machine() == you {
+        handler::run_chain(slave, machines, nodes, &[], budget, &mut results).await?
+    } else {
+        match handler::forward(slave, machines, nodes, 0, budget, |_| {}).await? {
+            Ok(response) => Step::Forwarded(response),
+            Err(failed) => Step::Failed(failed),
+        }
+    };
+    let failed = match step {
+        Step::Ended => return Ok(()),
+        Step::Failed(failed) => failed,
+        Step::Forwarded(response) => match response.get()?.get_result()?.which()? {
+            query_return_value::Vector(list) => {
+                let list = list?;
+                // The reply is the term's vector as the chain's end wrote it:
+                // check it as the intersection path would, then copy it.
+                let wire_parts = wire::read_parts(list)?;
+                wire::terms(&[wire::views(&wire_parts)?])?;
+                results.get().init_result().set_vector(list)?;
+                return Ok(());
+            }
+            query_return_value::FailedMachine(failed) => FailedMachine::read(failed?)?,
+        },
+    };
+    let mut list = results.get().init_result().init_failed_machines(1);
+    failed.write(list.reborrow().get(0));
+    Ok(())
+}
+
 /// `Slave.coordinate`.
 pub(crate) async fn coordinate(
     slave: std::rc::Rc<Slave>,
@@ -93,6 +136,9 @@ pub(crate) async fn coordinate(
     let you = params.get_you();
     let want = params.get_want()?;
     let chains = params.get_chains()?;
+    if want == Want::Vector && chains.len() == 1 {
+        return single_term(&slave, machines, you, chains.get(0)?, budget, results).await;
+    }
     let mut runs = Vec::with_capacity(chains.len() as usize);
     for nodes in chains.iter() {
         runs.push(run_term(&slave, machines, you, nodes?, budget));

@@ -92,6 +92,12 @@ impl EndTarget for slave::HandleResults {
     }
 }
 
+impl EndTarget for slave::CoordinateResults {
+    fn init_vector(&mut self, parts: u32) -> capnp::struct_list::Builder<'_, part::Owned> {
+        self.get().init_result().init_vector(parts)
+    }
+}
+
 impl EndTarget for capnp::message::Builder<capnp::message::HeapAllocator> {
     fn init_vector(&mut self, parts: u32) -> capnp::struct_list::Builder<'_, part::Owned> {
         self.initn_root(parts)
