@@ -16,7 +16,12 @@ cd "$(dirname "$0")/.."
 cargo build --release --quiet -p bitfold -p bitfold-benches --bin bitfold --bin compare
 target/release/compare --json benches/compare.json --chart benches/compare.svg "$@"
 
-echo
-echo "words form of a 2^26-bit answer (16 vectors of 2^26 bits at 50%, 1 term x 4 vids):"
-target/release/bitfold bench --vectors 16 --bits 2^26 --terms 1 --vids-per-term 4 \
-    --form words --queries 100 --concurrency 2
+# A 2^26-bit answer (8 MiB of words): a range of one vid of 16 vectors of
+# 2^26 bits, the coordinator picked round-robin (most often not the slave
+# holding the vector), then by bandwidth (the slave holding it).
+for policy in round-robin bandwidth; do
+    echo
+    echo "words form of a 2^26-bit answer, $policy coordinators:"
+    target/release/bitfold bench --vectors 16 --bits 2^26 --terms 1 --vids-per-term 1 \
+        --form words --queries 200 --concurrency 2 --policy "$policy"
+done

@@ -638,13 +638,10 @@ fn chart(path: &std::path::Path, report: &Report) -> anyhow::Result<()> {
             .iter()
             .map(|o| (o.vids_per_term as f64).log2())
             .collect();
-        let rates = || {
-            points
-                .iter()
-                .flat_map(|o| o.systems.iter().map(|(_, f)| f.queries_per_second))
-        };
-        let top = rates().fold(1.0, f64::max);
-        let bottom = rates().fold(top, f64::min).max(1.0);
+        let top = points
+            .iter()
+            .flat_map(|o| o.systems.iter().map(|(_, f)| f.queries_per_second))
+            .fold(1.0, f64::max);
         let x0 = xs.iter().copied().fold(f64::MAX, f64::min);
         let x1 = xs.iter().copied().fold(f64::MIN, f64::max);
         let mut chart = ChartBuilder::on(panel)
@@ -662,7 +659,7 @@ fn chart(path: &std::path::Path, report: &Report) -> anyhow::Result<()> {
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(60)
-            .build_cartesian_2d(x0 - 0.2..x1 + 0.2, (bottom / 2.0..top * 2.0).log_scale())?;
+            .build_cartesian_2d(x0 - 0.2..x1 + 0.2, 0.0..top * 1.1)?;
         chart
             .configure_mesh()
             .x_desc("vids per term")
@@ -676,6 +673,7 @@ fn chart(path: &std::path::Path, report: &Report) -> anyhow::Result<()> {
                     String::new()
                 }
             })
+            .y_labels(12)
             .y_label_formatter(&|y| format!("{y:.0}"))
             .draw()?;
         for (s, color) in colors.iter().enumerate() {
