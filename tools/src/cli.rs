@@ -103,7 +103,7 @@ pub struct MasterArgs {
 /// Coordinator choice, as the master's `--policy` flag spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Policy {
-    /// Each live slave in turn.
+    /// Each live slave holding some of the query's vectors, in turn.
     RoundRobin,
     /// A live slave picked at random.
     Random,

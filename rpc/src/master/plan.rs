@@ -15,7 +15,8 @@ use crate::query::Term;
 /// How the master picks a query's coordinator among the live slaves.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum CoordinatorPolicy {
-    /// Each live slave in turn (the default).
+    /// Each live slave that holds some of the query's vectors, in turn (the
+    /// default); every live slave in turn when none does.
     #[default]
     RoundRobin,
     /// A live slave at random.
@@ -155,7 +156,22 @@ pub(crate) fn coordinator(
         return None;
     }
     Some(match policy {
-        CoordinatorPolicy::RoundRobin => live[turn % live.len()],
+        CoordinatorPolicy::RoundRobin => {
+            // A coordinator holding none of the query's vectors would only
+            // add a hop to every chain: take turns among those that hold some.
+            let holding: std::collections::BTreeSet<u32> = chains
+                .iter()
+                .flatten()
+                .map(|&(machine, _)| machine)
+                .collect();
+            let holders: Vec<usize> = live
+                .iter()
+                .copied()
+                .filter(|&slave| u32::try_from(slave).is_ok_and(|s| holding.contains(&s)))
+                .collect();
+            let turns = if holders.is_empty() { live } else { &holders };
+            turns[turn % turns.len()]
+        }
         CoordinatorPolicy::Random => live[rand::random_range(0..live.len())],
         CoordinatorPolicy::Bandwidth => {
             let mut held = std::collections::HashMap::new();
@@ -299,6 +315,20 @@ mod tests {
             .map(|t| coordinator(CoordinatorPolicy::RoundRobin, &chains, &live, t))
             .collect();
         assert_eq!(turns, vec![Some(0), Some(2), Some(3), Some(0)]);
+        // Slave 1 holds nothing of these chains: it is never their coordinator.
+        let turns: Vec<_> = (0..6)
+            .map(|t| coordinator(CoordinatorPolicy::RoundRobin, &chains, &[0, 1, 2, 3], t))
+            .collect();
+        assert_eq!(
+            turns,
+            vec![Some(0), Some(2), Some(3), Some(0), Some(2), Some(3)]
+        );
+        let elsewhere = vec![vec![(1, 7)]];
+        assert_eq!(
+            coordinator(CoordinatorPolicy::RoundRobin, &elsewhere, &[0, 2], 5),
+            Some(2),
+            "no live holder: every live slave takes turns"
+        );
         let random = coordinator(CoordinatorPolicy::Random, &chains, &live, 0).unwrap();
         assert!(live.contains(&random));
         assert_eq!(
