@@ -71,7 +71,7 @@ struct Args {
     #[arg(long, default_value_t = 300)]
     queries: usize,
     /// Rounds (each system runs the whole list once per round).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// Unmeasured queries before each system's run.
     #[arg(long, default_value_t = 10)]
