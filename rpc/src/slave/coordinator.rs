@@ -52,6 +52,28 @@ impl TermVector {
     }
 }
 
+/// Starts a non-empty chain: runs it from here when it starts here (a
+/// chain that ends here writes its vector into `end`), else calls its
+/// first machine.
+async fn start_chain(
+    slave: &Slave,
+    machines: Machines<'_>,
+    you: u32,
+    nodes: Nodes<'_>,
+    budget: Budget,
+    end: &mut impl handler::EndTarget,
+) -> capnp::Result<Step> {
+    if nodes.get(0).get_machine() == you {
+        return handler::run_chain(slave, machines, nodes, &[], budget, end).await;
+    }
+    Ok(
+        match handler::forward(slave, machines, nodes, 0, budget, |_| {}).await? {
+            Ok(response) => Step::Forwarded(response),
+            Err(failed) => Step::Failed(failed),
+        },
+    )
+}
+
 /// Runs one term's chain: locally when it starts here, else by RPC.
 async fn run_term(
     slave: &Slave,
@@ -63,21 +85,14 @@ async fn run_term(
     if nodes.is_empty() {
         return Ok(TermVector::Empty);
     }
-    let first = nodes.get(0).get_machine();
-    if first == you {
-        let mut local = Builder::new_default();
-        let step = handler::run_chain(slave, machines, nodes, &[], budget, &mut local).await?;
-        return Ok(match step {
+    let mut local = Builder::new_default();
+    Ok(
+        match start_chain(slave, machines, you, nodes, budget, &mut local).await? {
             Step::Ended => TermVector::Local(local),
             Step::Forwarded(response) => TermVector::Remote(response),
             Step::Failed(failed) => TermVector::Failed(failed),
-        });
-    }
-    let answer = handler::forward(slave, machines, nodes, 0, budget, |_| {}).await?;
-    Ok(match answer {
-        Ok(response) => TermVector::Remote(response),
-        Err(failed) => TermVector::Failed(failed),
-    })
+        },
+    )
 }
 
 /// A query of one term: its vector is the answer. A chain that starts
@@ -91,17 +106,11 @@ async fn single_term(
     budget: Budget,
     mut results: slave::CoordinateResults,
 ) -> capnp::Result<()> {
-    let step = if nodes.is_empty() {
+    if nodes.is_empty() {
         results.get().init_result().init_vector(0);
         return Ok(());
-    } else if nodes.get(0).get_machine() == you {
-        handler::run_chain(slave, machines, nodes, &[], budget, &mut results).await?
-    } else {
-        match handler::forward(slave, machines, nodes, 0, budget, |_| {}).await? {
-            Ok(response) => Step::Forwarded(response),
-            Err(failed) => Step::Failed(failed),
-        }
-    };
+    }
+    let step = start_chain(slave, machines, you, nodes, budget, &mut results).await?;
     let failed = match step {
         Step::Ended => return Ok(()),
         Step::Failed(failed) => failed,
