@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 use anyhow::{Context, bail};
+use bitfold_engine::VectorBuf;
 use bitfold_engine::fold::{Term, UnionPlan, intersection_count};
-use bitfold_engine::{VectorBuf, portable};
+use bitfold_engine::import::{self, Format, ReadError};
 use bitfold_rpc::client::Client;
 use bitfold_rpc::master::CoordinatorPolicy;
 use bitfold_rpc::query::{self, Query};
@@ -49,7 +50,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let vectors = vectors_dir(&sample);
     let imported = import_paths(
         std::slice::from_ref(&vectors),
-        bitfold_engine::import::Format::Roaring,
+        Format::Roaring,
         &Destination::Master(client),
     )?;
     println!(
@@ -116,23 +117,30 @@ fn shown_path(path: &Path) -> PathBuf {
         .unwrap_or(absolute)
 }
 
-/// Every `<vid>.roaring` file in `dir`, decoded.
+/// Every `<vid>.roaring` file in `dir`, read as `bitfold import` reads them.
 pub fn read_vectors(dir: &Path) -> anyhow::Result<BTreeMap<u64, VectorBuf>> {
-    let mut vectors = BTreeMap::new();
-    for entry in fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
-        let path = entry?.path();
-        let Some(vid) = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .and_then(|s| s.parse().ok())
-        else {
-            continue;
-        };
-        let bytes = fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        let vector = portable::read(&bytes)
-            .with_context(|| format!("{} is not a roaring bitmap", path.display()))?;
-        vectors.insert(vid, vector);
-    }
+    let mut vectors: BTreeMap<u64, VectorBuf> = BTreeMap::new();
+    let paths = [dir.to_path_buf()];
+    import::read_batches(&paths, Format::Roaring, usize::MAX, &|_| {}, |batch| {
+        for (vid, vector) in batch {
+            let merged = match vectors.remove(vid) {
+                // Two names for one vid (`7.roaring`, `007.roaring`): their union.
+                Some(held) => VectorBuf::from_bits(
+                    held.as_part()
+                        .bits()
+                        .chain(vector.as_part().bits())
+                        .collect(),
+                ),
+                None => vector.clone(),
+            };
+            vectors.insert(*vid, merged);
+        }
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .map_err(|err| match err {
+        ReadError::Input(err) => anyhow::Error::from(err),
+        ReadError::Sink(never) => match never {},
+    })?;
     Ok(vectors)
 }
 
