@@ -115,6 +115,19 @@ struct CoordinateResult {
   }
 }
 
+enum PlanKind {
+  # How a coordinator gathers each term's vector.
+  chain @0;   # one handler chain per term, machine to machine (the seed's plan)
+  fanOut @1;  # each machine ORs its vids of every term and answers the coordinator
+}
+
+struct GatherResult {
+  union {
+    terms @0 :List(List(Part));  # per term asked, the OR of this machine's vectors of it
+    missing @1 :UInt64;          # a vid asked for that this machine does not hold
+  }
+}
+
 struct FetchResult {
   union {
     vector @0 :List(Part);
@@ -134,10 +147,12 @@ interface Slave {
   # to the next machine and returns its answer; answers within `budgetMicros`.
 
   coordinate @1 (machines :List(Machine), you :UInt32, chains :List(List(MachineVecNode)),
-                 want :Want, budgetMicros :UInt64) -> (result :CoordinateResult);
-  # Coordinator (`machines[you]`): runs one handler chain per term in
-  # parallel and ANDs the term vectors (or only counts the AND); returns
-  # every failed machine.
+                 want :Want, budgetMicros :UInt64, plan :PlanKind)
+                 -> (result :CoordinateResult);
+  # Coordinator (`machines[you]`): gets every term's vector, by one handler
+  # chain per term in parallel or by one `gather` per machine (`plan`), and
+  # ANDs the term vectors (or only counts the AND); returns every failed
+  # machine.
 
   fetch @2 (vid :UInt64, want :Want) -> (result :FetchResult);
   # Point query: the vector `vid` as this slave holds it, or its count.
@@ -150,4 +165,8 @@ interface Slave {
 
   catalog @5 () -> (vids :Data);
   # Every vid this slave holds, ascending, as u64 little-endian.
+
+  gather @6 (terms :List(Data)) -> (result :GatherResult);
+  # Fan-out: for each term, the OR of the vectors this slave holds among
+  # the term's vids (u64 little-endian, ascending), one vector per term.
 }

@@ -83,6 +83,11 @@ pub(crate) fn failed(err: impl std::fmt::Display) -> capnp::Error {
     capnp::Error::failed(err.to_string())
 }
 
+/// Reads a list of vids sent as u64 little-endian `Data`.
+pub(crate) fn vids(bytes: &[u8]) -> capnp::Result<Cow<'_, [u64]>> {
+    cast(bytes, "vids")
+}
+
 /// Reads every part of a list.
 pub(crate) fn read_parts(list: PartList<'_>) -> capnp::Result<Vec<WirePart<'_>>> {
     list.iter().map(WirePart::read).collect()

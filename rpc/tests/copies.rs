@@ -13,14 +13,20 @@
 //!
 //! So 4 buffers per hop, of which 3 are copies of the partial result (one
 //! read each way and the return-path copy) and one is the OR itself.
+//!
+//! The fan-out plan moves each machine's partial result once, straight to
+//! the coordinator: 2 buffers per extra machine (its OR, filled in place
+//! into its reply, and the coordinator's socket read).
 
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bitfold_engine::VectorBuf;
 use bitfold_rpc::client::{Answer, Format};
+use bitfold_rpc::master::PlanChoice;
 use bitfold_rpc::placement;
 use common::TestCluster;
 
@@ -66,9 +72,16 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-#[test]
-fn a_hop_fills_four_buffers_of_the_partial_result() {
-    let cluster = TestCluster::start_with(4, 1, |o| o.policy = "bandwidth".parse().unwrap());
+/// Buffers of 100 KiB and more filled by a count query over 1..=4 machines
+/// under `plan`, and their differences (the cost of one more machine).
+fn buffers_per_machine(plan: PlanChoice) -> (Vec<u64>, Vec<u64>) {
+    // The counter is process-wide: one measurement at a time.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = TestCluster::start_with(4, 1, |o| {
+        o.policy = "bandwidth".parse().unwrap();
+        o.plan = plan;
+    });
     let client = cluster.client();
     // One vid on each slave, ascending; each vector is 16 full dense
     // containers (128 KiB) over the same keys, so every partial result is
@@ -98,11 +111,24 @@ fn a_hop_fills_four_buffers_of_the_partial_result() {
     }
     let per_hop: Vec<u64> = buffers.windows(2).map(|w| w[1] - w[0]).collect();
     println!(
-        "buffers of 100 KiB+ per query, chains of 1..=4 machines: {buffers:?}; per hop: {per_hop:?}"
+        "{plan} plan: buffers of 100 KiB+ per query over 1..=4 machines: {buffers:?}; \
+         per machine: {per_hop:?}"
     );
+    (buffers, per_hop)
+}
+
+#[test]
+fn a_hop_fills_four_buffers_of_the_partial_result() {
+    let (_, per_hop) = buffers_per_machine(PlanChoice::Chain);
     // The first extra machine replaces the coordinator's own result buffer
     // with a forward, so it adds one less; every later one adds the same.
     assert_eq!(per_hop[0] + 1, per_hop[1], "{per_hop:?}");
     assert_eq!(per_hop[1], per_hop[2], "{per_hop:?}");
     assert!(per_hop[1] <= 4, "a hop fills {} buffers", per_hop[1]);
+}
+
+#[test]
+fn a_fan_out_fills_two_buffers_per_machine() {
+    let (buffers, per_machine) = buffers_per_machine(PlanChoice::FanOut);
+    assert_eq!(per_machine, [2, 2, 2], "buffers per query: {buffers:?}");
 }

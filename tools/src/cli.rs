@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use bitfold_rpc::master::PlanChoice;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// The master's address when `--master` is left out.
@@ -85,6 +86,12 @@ pub struct MasterArgs {
     /// How the coordinator slave of each range query is chosen.
     #[arg(long, value_enum, default_value_t = Policy::RoundRobin)]
     pub policy: Policy,
+    /// How the coordinator gathers each term's vector: `chain` (machine to
+    /// machine, as the design document has it), `fan-out` (every machine
+    /// answers the coordinator at once) or `auto` (fan-out unless the
+    /// coordinator would receive too many partial results).
+    #[arg(long, value_name = "PLAN", default_value_t = PlanChoice::Auto)]
+    pub plan: PlanChoice,
     /// Longest one attempt at a query may take (the coordinator and every
     /// chain under it) before its machines are reported failed [default: 5s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]

@@ -20,7 +20,7 @@
 mod plan;
 mod slaves;
 
-pub use plan::CoordinatorPolicy;
+pub use plan::{CoordinatorPolicy, PlanChoice};
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -34,7 +34,7 @@ use bitfold_engine::{VectorPart, portable, words};
 use capnp::capability::{Promise, Response};
 
 use crate::bitfold_capnp::{
-    Format as WireFormat, Want, coordinate_result, fetch_result, master, result, slave,
+    Format as WireFormat, PlanKind, Want, coordinate_result, fetch_result, master, result, slave,
 };
 use crate::budget::{Budget, micros};
 use crate::catalog::Catalog;
@@ -63,6 +63,9 @@ pub struct MasterOptions {
     pub data_dir: PathBuf,
     /// How the coordinator of a query is picked.
     pub policy: CoordinatorPolicy,
+    /// How the coordinator gathers the term vectors: chains, fan-out, or
+    /// the cheaper by the cost model (default).
+    pub plan: PlanChoice,
     /// The longest one attempt (a coordinate or fetch call with everything
     /// under it) may take (default 5 s).
     pub rpc_timeout: Duration,
@@ -94,6 +97,7 @@ impl MasterOptions {
             cluster,
             data_dir: data_dir.into(),
             policy: CoordinatorPolicy::default(),
+            plan: PlanChoice::default(),
             rpc_timeout: Duration::from_secs(5),
             attempts: 3,
             query_timeout: Duration::from_secs(30),
@@ -416,7 +420,11 @@ impl Master {
             for chain in &mut chains {
                 plan::start_at(chain, coordinator as u32);
             }
-            let levels = chains.iter().map(|c| hops(c)).max().unwrap_or(0);
+            let kind = plan::gathering(self.options.plan, &chains, coordinator as u32);
+            let levels = match kind {
+                PlanKind::FanOut => 1,
+                PlanKind::Chain => chains.iter().map(|c| hops(c)).max().unwrap_or(0),
+            };
             let attempt = Budget::new(budget.remaining().min(self.options.rpc_timeout));
             let Some(time) = attempt.call(levels) else {
                 break;
@@ -431,6 +439,7 @@ impl Master {
                     params.set_you(coordinator as u32);
                     params.set_want(if count { Want::Count } else { Want::Vector });
                     params.set_budget_micros(micros(time.grant));
+                    params.set_plan(kind);
                     let mut lists = params.init_chains(chains.len() as u32);
                     for (i, chain) in chains.iter().enumerate() {
                         let mut nodes = lists.reborrow().init(i as u32, chain.len() as u32);

@@ -8,6 +8,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::bitfold_capnp::PlanKind;
 use crate::catalog::Catalog;
 use crate::placement;
 use crate::query::Term;
@@ -48,6 +49,86 @@ impl fmt::Display for CoordinatorPolicy {
             CoordinatorPolicy::Random => "random",
             CoordinatorPolicy::Bandwidth => "bandwidth",
         })
+    }
+}
+
+/// How the master has a query's term vectors gathered (`--plan`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PlanChoice {
+    /// Fan-out unless the coordinator would receive too many partial
+    /// results at once (the default).
+    #[default]
+    Auto,
+    /// One handler chain per term, machine to machine.
+    Chain,
+    /// Every machine ORs its vids of every term and answers the coordinator.
+    FanOut,
+}
+
+impl FromStr for PlanChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(PlanChoice::Auto),
+            "chain" => Ok(PlanChoice::Chain),
+            "fan-out" => Ok(PlanChoice::FanOut),
+            other => Err(format!(
+                "unknown plan {other:?}: use auto, chain or fan-out"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for PlanChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PlanChoice::Auto => "auto",
+            PlanChoice::Chain => "chain",
+            PlanChoice::FanOut => "fan-out",
+        })
+    }
+}
+
+/// The most partial results a fan-out may send its coordinator. Each is up
+/// to a whole vector, all held by the coordinator at once; a chain holds
+/// about two per hop, so past this many it is the cheaper plan in memory.
+pub(crate) const FAN_OUT_MAX_REPLIES: usize = 64;
+
+/// The partial results a term's chain moves and a fan-out moves, given the
+/// coordinator: the chain forwards its result `m - 1` times and returns it
+/// as many (one more when the coordinator holds none of the term), a
+/// fan-out sends one per machine other than the coordinator.
+fn transfers(chain: &Chain, coordinator: u32) -> (usize, usize) {
+    let mut machines: Vec<u32> = chain.iter().map(|&(m, _)| m).collect();
+    machines.dedup();
+    let m = machines.len();
+    let here = usize::from(machines.contains(&coordinator));
+    let chain_moves = (m.saturating_sub(1)) + (m - here);
+    (chain_moves, m - here)
+}
+
+/// The plan for `chains` coordinated by `coordinator` under `choice`.
+///
+/// The cost model counts partial results moved between machines: a
+/// fan-out never moves more than a chain and answers in one round trip, so
+/// `auto` picks it unless the coordinator would receive more than
+/// [`FAN_OUT_MAX_REPLIES`] of them.
+pub(crate) fn gathering(choice: PlanChoice, chains: &[Chain], coordinator: u32) -> PlanKind {
+    match choice {
+        PlanChoice::Chain => PlanKind::Chain,
+        PlanChoice::FanOut => PlanKind::FanOut,
+        PlanChoice::Auto => {
+            let (chain, fan_out) = chains
+                .iter()
+                .map(|c| transfers(c, coordinator))
+                .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+            if fan_out <= chain && fan_out <= FAN_OUT_MAX_REPLIES {
+                PlanKind::FanOut
+            } else {
+                PlanKind::Chain
+            }
+        }
     }
 }
 
@@ -297,6 +378,21 @@ mod tests {
         // A coordinator without vectors of the term: the next machine holding some.
         assert_eq!(rotated(2), vec![(3, 1), (3, 7), (0, 4), (0, 9), (1, 2)]);
         assert_eq!(rotated(4), sorted);
+    }
+
+    #[test]
+    fn auto_fans_out_unless_the_coordinator_would_get_too_much() {
+        let chains = vec![vec![(0, 1), (1, 2), (2, 3)], vec![(1, 4), (3, 5)]];
+        assert_eq!(transfers(&chains[0], 0), (4, 2));
+        assert_eq!(transfers(&chains[1], 0), (3, 2));
+        assert_eq!(gathering(PlanChoice::Auto, &chains, 0), PlanKind::FanOut);
+        assert_eq!(gathering(PlanChoice::Chain, &chains, 0), PlanKind::Chain);
+        let wide: Vec<Chain> = vec![(0..100).map(|m| (m, u64::from(m))).collect()];
+        assert_eq!(gathering(PlanChoice::Auto, &wide, 0), PlanKind::Chain);
+        assert_eq!(gathering(PlanChoice::FanOut, &wide, 0), PlanKind::FanOut);
+        assert_eq!("fan-out".parse(), Ok(PlanChoice::FanOut));
+        assert!("star".parse::<PlanChoice>().is_err());
+        assert_eq!(PlanChoice::Auto.to_string(), "auto");
     }
 
     #[test]

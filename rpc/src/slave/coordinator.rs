@@ -15,12 +15,12 @@ use bitfold_engine::fold::{IntersectionPlan, intersection_count};
 use capnp::capability::Response;
 use capnp::message::{Builder, HeapAllocator};
 
-use crate::bitfold_capnp::{Want, query_return_value, slave};
+use crate::bitfold_capnp::{PlanKind, Want, query_return_value, slave};
 use crate::budget::Budget;
 use crate::wire::{self, PartList, WirePart};
 
-use super::Slave;
 use super::handler::{self, FailedMachine, Machines, Nodes, Step};
+use super::{Slave, fan_out};
 
 /// How one term's chain ended.
 enum TermVector {
@@ -136,7 +136,7 @@ async fn single_term(
 pub(crate) async fn coordinate(
     slave: std::rc::Rc<Slave>,
     params: slave::CoordinateParams,
-    mut results: slave::CoordinateResults,
+    results: slave::CoordinateResults,
 ) -> capnp::Result<()> {
     let arrived = Instant::now();
     let params = params.get()?;
@@ -145,6 +145,18 @@ pub(crate) async fn coordinate(
     let you = params.get_you();
     let want = params.get_want()?;
     let chains = params.get_chains()?;
+    if params.get_plan()? == PlanKind::FanOut {
+        let chains = chains
+            .iter()
+            .map(|nodes| {
+                Ok(nodes?
+                    .iter()
+                    .map(|n| (n.get_machine(), n.get_vid()))
+                    .collect())
+            })
+            .collect::<capnp::Result<Vec<Vec<(u32, u64)>>>>()?;
+        return fan_out(&slave, machines, you, &chains, want, budget, results).await;
+    }
     if want == Want::Vector && chains.len() == 1 {
         return single_term(&slave, machines, you, chains.get(0)?, budget, results).await;
     }
@@ -156,10 +168,65 @@ pub(crate) async fn coordinate(
         .await
         .into_iter()
         .collect::<capnp::Result<_>>()?;
+    and_terms(&outcomes, want, results)
+}
 
+/// The coordinator's fan-out plan (see `fan_out.rs`): the term vectors
+/// gathered from every machine at once, then ANDed as the chains' would be.
+async fn fan_out(
+    slave: &Slave,
+    machines: Machines<'_>,
+    you: u32,
+    chains: &[Vec<(u32, u64)>],
+    want: Want,
+    budget: Budget,
+    mut results: slave::CoordinateResults,
+) -> capnp::Result<()> {
+    let gathered = if want == Want::Vector && chains.len() == 1 {
+        // One term: its vector is the answer, written straight into the reply.
+        fan_out::term_vectors(slave, machines, you, chains, budget, &mut [&mut results]).await?
+    } else {
+        let mut locals: Vec<Builder<HeapAllocator>> =
+            chains.iter().map(|_| Builder::new_default()).collect();
+        let mut ends: Vec<&mut dyn handler::EndTarget> = locals
+            .iter_mut()
+            .map(|l| l as &mut dyn handler::EndTarget)
+            .collect();
+        match fan_out::term_vectors(slave, machines, you, chains, budget, &mut ends).await? {
+            Ok(()) => {
+                let outcomes: Vec<TermVector> = locals.into_iter().map(TermVector::Local).collect();
+                return and_terms(&outcomes, want, results);
+            }
+            Err(failures) => Err(failures),
+        }
+    };
+    if let Err(failures) = gathered {
+        write_failures(&failures, results);
+    }
+    Ok(())
+}
+
+/// Writes every failed machine as the coordinator's answer.
+fn write_failures(failures: &[FailedMachine], mut results: slave::CoordinateResults) {
+    let mut list = results
+        .get()
+        .init_result()
+        .init_failed_machines(failures.len() as u32);
+    for (i, failed) in failures.iter().enumerate() {
+        failed.write(list.reborrow().get(i as u32));
+    }
+}
+
+/// ANDs the term vectors of `outcomes` (or counts the AND) into `results`;
+/// or answers every failed machine.
+fn and_terms(
+    outcomes: &[TermVector],
+    want: Want,
+    mut results: slave::CoordinateResults,
+) -> capnp::Result<()> {
     let mut wire_terms = Vec::with_capacity(outcomes.len());
     let mut failures: Vec<FailedMachine> = Vec::new();
-    for outcome in &outcomes {
+    for outcome in outcomes {
         match outcome.parts()? {
             Ok(parts) => wire_terms.push(parts),
             Err(failed) => {
@@ -169,14 +236,11 @@ pub(crate) async fn coordinate(
             }
         }
     }
-    let result = results.get().init_result();
     if !failures.is_empty() {
-        let mut list = result.init_failed_machines(failures.len() as u32);
-        for (i, failed) in failures.iter().enumerate() {
-            failed.write(list.reborrow().get(i as u32));
-        }
+        write_failures(&failures, results);
         return Ok(());
     }
+    let result = results.get().init_result();
     let views: Vec<Vec<VectorPart<'_>>> = wire_terms
         .iter()
         .map(|parts| wire::views(parts))

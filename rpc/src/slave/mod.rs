@@ -5,8 +5,11 @@
 //!   into the request to the next machine (or into its reply at the end).
 //! - the coordinator (`coordinator.rs`): runs one chain per term concurrently and ANDs (or
 //!   counts) the term vectors into its reply.
+//! - the fan-out plan (`fan_out.rs`): the coordinator gathers each machine's OR of its vids
+//!   of every term in one round trip, instead of a chain per term.
 
 pub(crate) mod coordinator;
+pub(crate) mod fan_out;
 pub(crate) mod handler;
 
 use std::future::Future;
@@ -111,6 +114,14 @@ impl slave::Server for Slave {
         results: slave::CoordinateResults,
     ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
         coordinator::coordinate(self, params, results)
+    }
+
+    fn gather(
+        self: capnp::capability::Rc<Self>,
+        params: slave::GatherParams,
+        results: slave::GatherResults,
+    ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        std::future::ready(fan_out::gather(&self, params, results))
     }
 
     fn fetch(

@@ -24,6 +24,7 @@ pub fn master(args: MasterArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| default_master_dir(&args.cluster));
     let mut options = MasterOptions::new(args.listen, cluster, data_dir);
     options.policy = policy(args.policy);
+    options.plan = args.plan;
     options.rpc_timeout = args.rpc_timeout.unwrap_or(options.rpc_timeout);
     options.attempts = args.attempts.unwrap_or(options.attempts);
     options.query_timeout = args.query_timeout.unwrap_or(options.query_timeout);

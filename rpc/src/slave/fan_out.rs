@@ -1,0 +1,214 @@
+//! The fan-out plan: instead of walking a chain machine by machine, the
+//! coordinator asks every machine holding vids of the query, all at once,
+//! for the OR of its vids of each term (`Slave.gather`), ORs the answers of
+//! each term with its own vectors, and ANDs the terms.
+//!
+//! A term spread over `m` machines then moves `m - 1` partial results, each
+//! once and straight to the coordinator, in one round trip; a chain moves
+//! `m - 1` forward and as many back up, one hop after another.
+
+use std::collections::BTreeMap;
+
+use bitfold_engine::VectorPart;
+use bitfold_engine::fold::UnionPlan;
+use bitfold_engine::store::Snapshot;
+use capnp::capability::{Promise, Response};
+
+use crate::bitfold_capnp::{gather_result, slave};
+use crate::budget::Budget;
+use crate::wire::{self, WirePart};
+
+use super::Slave;
+use super::handler::{EndTarget, FailedMachine, Machines};
+
+/// The vids of each term on one machine: `vids[t]` for term `t`, ascending.
+type TermVids = Vec<Vec<u64>>;
+
+/// Groups the chains' nodes by machine: for each machine, its vids of each term.
+fn by_machine(chains: &[Vec<(u32, u64)>]) -> BTreeMap<u32, TermVids> {
+    let mut machines: BTreeMap<u32, TermVids> = BTreeMap::new();
+    for (term, chain) in chains.iter().enumerate() {
+        for &(machine, vid) in chain {
+            machines
+                .entry(machine)
+                .or_insert_with(|| vec![Vec::new(); chains.len()])[term]
+                .push(vid);
+        }
+    }
+    for terms in machines.values_mut() {
+        for vids in terms {
+            vids.sort_unstable();
+            vids.dedup();
+        }
+    }
+    machines
+}
+
+/// Every part `snapshot` holds of `vids`, appended to `out`; or the first
+/// vid it holds no part of.
+pub(crate) fn local_parts<'s>(
+    snapshot: &'s Snapshot,
+    vids: impl IntoIterator<Item = u64>,
+    out: &mut Vec<VectorPart<'s>>,
+) -> Result<(), u64> {
+    for vid in vids {
+        let before = out.len();
+        out.extend(snapshot.parts(vid));
+        if out.len() == before {
+            return Err(vid);
+        }
+    }
+    Ok(())
+}
+
+/// `Slave.gather`: the OR of this slave's vectors of each term.
+pub(crate) fn gather(
+    slave: &Slave,
+    params: slave::GatherParams,
+    mut results: slave::GatherResults,
+) -> capnp::Result<()> {
+    let params = params.get()?;
+    let terms = params.get_terms()?;
+    let snapshot = slave.store.snapshot();
+    let mut inputs = Vec::with_capacity(terms.len() as usize);
+    for term in terms.iter() {
+        let vids = wire::vids(term?)?;
+        let mut parts = Vec::with_capacity(vids.len());
+        if let Err(vid) = local_parts(&snapshot, vids.iter().copied(), &mut parts) {
+            results.get().init_result().set_missing(vid);
+            return Ok(());
+        }
+        inputs.push(parts);
+    }
+    let mut lists = results.get().init_result().init_terms(inputs.len() as u32);
+    for (i, parts) in inputs.iter().enumerate() {
+        let plan = UnionPlan::new(parts);
+        let list = lists.reborrow().init(i as u32, plan.parts().len() as u32);
+        wire::write_union(list, &plan, parts);
+    }
+    Ok(())
+}
+
+/// What one machine answered to a gather.
+enum Gathered {
+    /// The term vectors of the machine.
+    Terms(Response<slave::gather_results::Owned>),
+    /// It failed.
+    Failed(FailedMachine),
+}
+
+/// Asks `machine` for the OR of its `vids` of each term.
+async fn ask(
+    slave: &Slave,
+    machines: Machines<'_>,
+    machine: u32,
+    vids: &TermVids,
+    budget: Budget,
+) -> capnp::Result<Gathered> {
+    let fail = |reason: String| {
+        Ok(Gathered::Failed(FailedMachine::at(
+            machines, machine, reason,
+        )?))
+    };
+    let Some(time) = budget.call(0) else {
+        return fail("the query ran out of time before reaching it".into());
+    };
+    let addr = FailedMachine::at(machines, machine, String::new())?.addr;
+    let answer = slave
+        .pool
+        .call(&addr, time.wait, |client| {
+            let mut request = client.gather_request();
+            let mut terms = request.get().init_terms(vids.len() as u32);
+            for (i, term) in vids.iter().enumerate() {
+                terms.set(i as u32, bytemuck::cast_slice(term));
+            }
+            Promise::from_future(request.send().promise)
+        })
+        .await;
+    let response = match answer {
+        Ok(response) => response,
+        Err(reason) => return fail(reason),
+    };
+    let missing = match response.get()?.get_result()?.which()? {
+        gather_result::Terms(terms) => (terms?.len() as usize != vids.len())
+            .then(|| "it answered the wrong number of terms".to_string()),
+        gather_result::Missing(vid) => Some(format!(
+            "it does not hold vector {vid}, which the catalog lists"
+        )),
+    };
+    match missing {
+        None => Ok(Gathered::Terms(response)),
+        Some(reason) => fail(reason),
+    }
+}
+
+/// The term vectors of `chains` gathered by fan-out, each written into its
+/// own message by `end`; or every machine that failed.
+pub(crate) async fn term_vectors(
+    slave: &Slave,
+    machines: Machines<'_>,
+    you: u32,
+    chains: &[Vec<(u32, u64)>],
+    budget: Budget,
+    ends: &mut [&mut dyn EndTarget],
+) -> capnp::Result<Result<(), Vec<FailedMachine>>> {
+    let by_machine = by_machine(chains);
+    let asked: Vec<_> = by_machine
+        .iter()
+        .filter(|&(&machine, _)| machine != you)
+        .map(|(&machine, vids)| ask(slave, machines, machine, vids, budget))
+        .collect();
+    let answers = futures::future::join_all(asked).await;
+    let snapshot = slave.store.snapshot();
+    let mut own: Vec<Vec<VectorPart<'_>>> = vec![Vec::new(); chains.len()];
+    let mut failures = Vec::new();
+    if let Some(vids) = by_machine.get(&you) {
+        for (term, vids) in vids.iter().enumerate() {
+            if let Err(vid) = local_parts(&snapshot, vids.iter().copied(), &mut own[term]) {
+                let reason = format!("it does not hold vector {vid}, which the catalog lists");
+                failures.push(FailedMachine::at(machines, you, reason)?);
+            }
+        }
+    }
+    let mut responses = Vec::new();
+    for answer in answers {
+        match answer? {
+            Gathered::Terms(response) => responses.push(response),
+            Gathered::Failed(failed) => failures.push(failed),
+        }
+    }
+    if !failures.is_empty() {
+        failures.dedup_by(|a, b| a.name == b.name);
+        return Ok(Err(failures));
+    }
+    let mut remote: Vec<Vec<WirePart<'_>>> = chains.iter().map(|_| Vec::new()).collect();
+    for response in &responses {
+        let gather_result::Terms(terms) = response.get()?.get_result()?.which()? else {
+            unreachable!("ask keeps only answers with terms");
+        };
+        for (term, list) in terms?.iter().enumerate() {
+            remote[term].extend(wire::read_parts(list?)?);
+        }
+    }
+    for (term, end) in ends.iter_mut().enumerate() {
+        let mut inputs = std::mem::take(&mut own[term]);
+        inputs.extend(wire::views(&remote[term])?);
+        let plan = UnionPlan::new(&inputs);
+        wire::write_union(end.init_vector(plan.parts().len() as u32), &plan, &inputs);
+    }
+    Ok(Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_are_grouped_by_machine_and_term() {
+        let chains = vec![vec![(0, 4), (2, 9), (2, 1)], vec![(2, 5), (1, 3)]];
+        let grouped = by_machine(&chains);
+        assert_eq!(grouped[&0], vec![vec![4], vec![]]);
+        assert_eq!(grouped[&1], vec![vec![], vec![3]]);
+        assert_eq!(grouped[&2], vec![vec![1, 9], vec![5]]);
+    }
+}
