@@ -76,6 +76,8 @@ struct SlaveStatus {
   vectors @4 :UInt64;
   bytes @5 :UInt64;
   reason @6 :Text;             # why it is down; empty when up
+  readBytes @7 :UInt64;        # bytes of vectors its folds read since it started
+  sentBytes @8 :UInt64;        # bytes it sent to other processes since it started
 }
 
 struct Machine {
@@ -160,8 +162,10 @@ interface Slave {
   import @3 (vectors :List(VidVector)) -> (outcome :Outcome);
   # Sets the bits of every vector; `ok` once durable on this slave.
 
-  health @4 () -> (vectors :UInt64, bytes :UInt64);
-  # Answers when the slave is alive: how many vectors and data bytes it holds.
+  health @4 () -> (vectors :UInt64, bytes :UInt64, readBytes :UInt64, sentBytes :UInt64);
+  # Answers when the slave is alive: how many vectors and data bytes it
+  # holds, and since it started, the bytes of vectors its folds read and
+  # the bytes it sent to other processes.
 
   catalog @5 () -> (vids :Data);
   # Every vid this slave holds, ascending, as u64 little-endian.

@@ -316,6 +316,11 @@ impl<'a> VectorPart<'a> {
         crate::kernels::popcount(self.dense_words) + self.sparse_values.len() as u64
     }
 
+    /// Bytes a fold reads of this part: its dense words and sparse positions.
+    pub fn data_bytes(&self) -> u64 {
+        (self.dense_words.len() * 8 + self.sparse_values.len() * 2) as u64
+    }
+
     /// Whether no bit is set (a part may hold all-zero dense containers).
     pub fn is_empty(&self) -> bool {
         self.sparse_values.is_empty() && self.dense_words.iter().all(|&w| w == 0)

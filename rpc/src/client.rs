@@ -381,7 +381,7 @@ impl Link {
                 return Ok(connection.clone());
             }
         }
-        let connect = tokio::time::timeout(Duration::from_secs(10), net::connect(&self.addr));
+        let connect = tokio::time::timeout(Duration::from_secs(10), net::connect(&self.addr, net::Sent::default()));
         let connection = match connect.await {
             Ok(Ok(connection)) => std::rc::Rc::new(connection),
             Ok(Err(err)) => return Err(self.connect_error(net::describe_io(&err))),

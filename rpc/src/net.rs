@@ -83,13 +83,64 @@ pub(crate) async fn bind(listen: &str) -> Result<TcpListener, crate::Error> {
         })
 }
 
-/// Serves `bootstrap` to every connection accepted on `listener`, forever.
-pub(crate) async fn accept_loop(listener: TcpListener, bootstrap: capnp::capability::Client) {
+/// Bytes a server's connections (accepted and its own, in its [`Pool`])
+/// have written to their sockets: what it shipped to other processes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Sent(Rc<Cell<u64>>);
+
+impl Sent {
+    /// Bytes written so far.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.0.get()
+    }
+}
+
+/// A socket's write half that adds what it writes to a [`Sent`].
+struct Counted<W> {
+    inner: W,
+    sent: Sent,
+}
+
+impl<W: futures::AsyncWrite + Unpin> futures::AsyncWrite for Counted<W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = polled {
+            self.sent.0.set(self.sent.0.get() + n as u64);
+        }
+        polled
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_close(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_close(cx)
+    }
+}
+
+/// Serves `bootstrap` to every connection accepted on `listener`, forever,
+/// counting what they send in `sent`.
+pub(crate) async fn accept_loop(
+    listener: TcpListener,
+    bootstrap: capnp::capability::Client,
+    sent: Sent,
+) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
                 tracing::debug!(%peer, "accepted a connection");
-                start(stream, bootstrap.clone());
+                start(stream, bootstrap.clone(), sent.clone());
             }
             Err(err) => {
                 // Out of file descriptors and the like: wait and go on.
@@ -100,14 +151,20 @@ pub(crate) async fn accept_loop(listener: TcpListener, bootstrap: capnp::capabil
     }
 }
 
-fn network(stream: TcpStream, side: Side) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
+fn network(stream: TcpStream, side: Side, sent: Sent) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
     if let Err(err) = stream.set_nodelay(true) {
         tracing::warn!("cannot set TCP_NODELAY: {err}");
     }
     let (reader, writer) = stream.into_split();
     Box::new(twoparty::VatNetwork::new(
         futures::io::BufReader::new(reader.compat()),
-        futures::io::BufWriter::with_capacity(WRITE_BUFFER, writer.compat_write()),
+        futures::io::BufWriter::with_capacity(
+            WRITE_BUFFER,
+            Counted {
+                inner: writer.compat_write(),
+                sent,
+            },
+        ),
         side,
         reader_options(),
     ))
@@ -124,8 +181,8 @@ fn spawn_system(system: RpcSystem<Side>, closed: Rc<Cell<bool>>) -> JoinHandle<(
 }
 
 /// Serves `bootstrap` on an accepted connection until it ends.
-fn start(stream: TcpStream, bootstrap: capnp::capability::Client) {
-    let system = RpcSystem::new(network(stream, Side::Server), Some(bootstrap));
+fn start(stream: TcpStream, bootstrap: capnp::capability::Client, sent: Sent) {
+    let system = RpcSystem::new(network(stream, Side::Server, sent), Some(bootstrap));
     spawn_system(system, Rc::default());
 }
 
@@ -151,10 +208,14 @@ impl<C> Drop for Connection<C> {
     }
 }
 
-/// Connects to `addr` and bootstraps its capability.
-pub(crate) async fn connect<C: FromClientHook>(addr: &str) -> std::io::Result<Connection<C>> {
+/// Connects to `addr` and bootstraps its capability; what the connection
+/// sends is counted in `sent`.
+pub(crate) async fn connect<C: FromClientHook>(
+    addr: &str,
+    sent: Sent,
+) -> std::io::Result<Connection<C>> {
     let stream = TcpStream::connect(addr).await?;
-    let mut system = RpcSystem::new(network(stream, Side::Client), None);
+    let mut system = RpcSystem::new(network(stream, Side::Client, sent), None);
     let client = system.bootstrap(Side::Server);
     let closed = Rc::new(Cell::new(false));
     Ok(Connection {
@@ -171,9 +232,18 @@ pub(crate) async fn connect<C: FromClientHook>(addr: &str) -> std::io::Result<Co
 #[derive(Default)]
 pub(crate) struct Pool {
     connections: RefCell<HashMap<String, Rc<Connection<slave::Client>>>>,
+    sent: Sent,
 }
 
 impl Pool {
+    /// A pool whose connections count what they send in `sent`.
+    pub(crate) fn counting(sent: Sent) -> Pool {
+        Pool {
+            connections: RefCell::default(),
+            sent,
+        }
+    }
+
     async fn get(&self, addr: &str) -> std::io::Result<Rc<Connection<slave::Client>>> {
         if let Some(found) = self.connections.borrow().get(addr) {
             // A connection the peer closed (it was restarted) is replaced,
@@ -182,7 +252,7 @@ impl Pool {
                 return Ok(found.clone());
             }
         }
-        let fresh = Rc::new(connect(addr).await?);
+        let fresh = Rc::new(connect(addr, self.sent.clone()).await?);
         // Another call may have connected meanwhile: keep the first.
         let mut connections = self.connections.borrow_mut();
         let held = connections

@@ -147,7 +147,7 @@ pub fn run_until(
         let client: master::Client = capnp_rpc::new_client_from_rc(state);
         on_ready(addr);
         tokio::select! {
-            () = net::accept_loop(listener, client.client) => {}
+            () = net::accept_loop(listener, client.client, net::Sent::default()) => {}
             () = stop => {}
         }
         Ok(())

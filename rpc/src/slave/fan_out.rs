@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 
 use bitfold_engine::VectorPart;
 use bitfold_engine::fold::UnionPlan;
-use bitfold_engine::store::Snapshot;
 use capnp::capability::{Promise, Response};
 
 use crate::bitfold_capnp::{gather_result, slave};
@@ -44,23 +43,6 @@ fn by_machine(chains: &[Vec<(u32, u64)>]) -> BTreeMap<u32, TermVids> {
     machines
 }
 
-/// Every part `snapshot` holds of `vids`, appended to `out`; or the first
-/// vid it holds no part of.
-pub(crate) fn local_parts<'s>(
-    snapshot: &'s Snapshot,
-    vids: impl IntoIterator<Item = u64>,
-    out: &mut Vec<VectorPart<'s>>,
-) -> Result<(), u64> {
-    for vid in vids {
-        let before = out.len();
-        out.extend(snapshot.parts(vid));
-        if out.len() == before {
-            return Err(vid);
-        }
-    }
-    Ok(())
-}
-
 /// `Slave.gather`: the OR of this slave's vectors of each term.
 pub(crate) fn gather(
     slave: &Slave,
@@ -74,7 +56,7 @@ pub(crate) fn gather(
     for term in terms.iter() {
         let vids = wire::vids(term?)?;
         let mut parts = Vec::with_capacity(vids.len());
-        if let Err(vid) = local_parts(&snapshot, vids.iter().copied(), &mut parts) {
+        if let Err(vid) = slave.stored_parts(&snapshot, vids.iter().copied(), &mut parts) {
             results.get().init_result().set_missing(vid);
             return Ok(());
         }
@@ -164,7 +146,7 @@ pub(crate) async fn term_vectors(
     let mut failures = Vec::new();
     if let Some(vids) = by_machine.get(&you) {
         for (term, vids) in vids.iter().enumerate() {
-            if let Err(vid) = local_parts(&snapshot, vids.iter().copied(), &mut own[term]) {
+            if let Err(vid) = slave.stored_parts(&snapshot, vids.iter().copied(), &mut own[term]) {
                 let reason = format!("it does not hold vector {vid}, which the catalog lists");
                 failures.push(FailedMachine::at(machines, you, reason)?);
             }

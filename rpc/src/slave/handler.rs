@@ -136,14 +136,10 @@ pub(crate) async fn run_chain(
     let run = nodes.iter().take_while(|n| n.get_machine() == here).count() as u32;
     let snapshot = slave.store.snapshot();
     let mut inputs: Vec<VectorPart<'_>> = partial.to_vec();
-    for node in nodes.iter().take(run as usize) {
-        let vid = node.get_vid();
-        let before = inputs.len();
-        inputs.extend(snapshot.parts(vid));
-        if inputs.len() == before {
-            let reason = format!("it does not hold vector {vid}, which the catalog lists");
-            return Ok(Step::Failed(FailedMachine::at(machines, here, reason)?));
-        }
+    let vids = nodes.iter().take(run as usize).map(|n| n.get_vid());
+    if let Err(vid) = slave.stored_parts(&snapshot, vids, &mut inputs) {
+        let reason = format!("it does not hold vector {vid}, which the catalog lists");
+        return Ok(Step::Failed(FailedMachine::at(machines, here, reason)?));
     }
     let plan = UnionPlan::new(&inputs);
     if run == nodes.len() {

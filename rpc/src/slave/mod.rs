@@ -12,6 +12,7 @@ pub(crate) mod coordinator;
 pub(crate) mod fan_out;
 pub(crate) mod handler;
 
+use std::cell::Cell;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use bitfold_engine::VectorPart;
 use bitfold_engine::fold::UnionPlan;
-use bitfold_engine::store::{Store, StoreError};
+use bitfold_engine::store::{Snapshot, Store, StoreError};
 
 use crate::bitfold_capnp::{Want, slave, vid_vector};
 use crate::budget::{self, Budget};
@@ -77,15 +78,18 @@ pub fn serve_store(
     net::block_on_local(async move {
         let listener = net::bind(&options.listen).await?;
         let addr = net::local_addr(&listener)?;
+        let sent = net::Sent::default();
         let slave = Slave {
             store,
-            pool: Pool::default(),
+            pool: Pool::counting(sent.clone()),
             max_budget: options.max_budget,
+            read: Cell::new(0),
+            sent: sent.clone(),
         };
         let client: slave::Client = capnp_rpc::new_client(slave);
         on_ready(addr);
         tokio::select! {
-            () = net::accept_loop(listener, client.client) => {}
+            () = net::accept_loop(listener, client.client, sent) => {}
             () = stop => {}
         }
         Ok(())
@@ -97,6 +101,10 @@ pub(crate) struct Slave {
     pub(crate) store: Arc<Store>,
     pub(crate) pool: Pool,
     pub(crate) max_budget: Duration,
+    /// Bytes of stored vectors its folds have read.
+    read: Cell<u64>,
+    /// Bytes it has sent to other processes.
+    sent: net::Sent,
 }
 
 impl slave::Server for Slave {
@@ -132,9 +140,10 @@ impl slave::Server for Slave {
         let answer = (|| -> capnp::Result<()> {
             let params = params.get()?;
             let snapshot = self.store.snapshot();
-            let parts: Vec<VectorPart<'_>> = snapshot.parts(params.get_vid()).collect();
+            let mut parts = Vec::new();
+            let found = self.stored_parts(&snapshot, [params.get_vid()], &mut parts);
             let result = results.get().init_result();
-            if parts.is_empty() {
+            if found.is_err() {
                 let mut result = result;
                 result.set_not_found(());
                 return Ok(());
@@ -190,6 +199,8 @@ impl slave::Server for Slave {
         let mut answer = results.get();
         answer.set_vectors(snapshot.vector_count());
         answer.set_bytes(snapshot.byte_size());
+        answer.set_read_bytes(self.read.get());
+        answer.set_sent_bytes(self.sent.bytes());
         std::future::ready(Ok(()))
     }
 
@@ -211,6 +222,25 @@ impl slave::Server for Slave {
 }
 
 impl Slave {
+    /// Appends every part `snapshot` holds of `vids` to `out`, counting the
+    /// bytes read; or returns the first vid it holds no part of.
+    pub(crate) fn stored_parts<'s>(
+        &self,
+        snapshot: &'s Snapshot,
+        vids: impl IntoIterator<Item = u64>,
+        out: &mut Vec<VectorPart<'s>>,
+    ) -> Result<(), u64> {
+        let mut read = 0;
+        let found = vids.into_iter().try_for_each(|vid| {
+            let before = out.len();
+            out.extend(snapshot.parts(vid));
+            read += out[before..].iter().map(VectorPart::data_bytes).sum::<u64>();
+            if out.len() == before { Err(vid) } else { Ok(()) }
+        });
+        self.read.set(self.read.get() + read);
+        found
+    }
+
     /// The budget of a call that arrived at `arrived` asking for `micros`,
     /// cut to [`SlaveOptions::max_budget`].
     pub(crate) fn budget(&self, arrived: std::time::Instant, micros: u64) -> Budget {
