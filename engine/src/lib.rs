@@ -1,5 +1,6 @@
 //! bitfold's storage engine: vectors, the bitwise kernels that fold them, and
-//! the memory-mapped store that holds a slave's vectors.
+//! the memory-mapped store that holds a slave's vectors (and the log that
+//! holds the master's catalog).
 //!
 //! This crate knows nothing of the network. Its main types:
 //!

@@ -67,6 +67,8 @@ impl Backend for Memory {
     }
 }
 
+#[macro_use]
+mod backends;
 mod common;
 use common::Rng;
 
@@ -365,18 +367,8 @@ fn byte_size_counts_the_live_files(backend: &dyn Backend) {
     assert_eq!(store.snapshot().byte_size(), on_disk);
 }
 
-macro_rules! on_both_backends {
-    ($($test:ident),* $(,)?) => {
-        mod disk {
-            $(#[test] fn $test() { super::$test(&super::Disk(tempfile::tempdir().unwrap())) })*
-        }
-        mod memory {
-            $(#[test] fn $test() { super::$test(&super::Memory(Default::default())) })*
-        }
-    };
-}
-
 on_both_backends!(
+    super::Disk, super::Memory;
     round_trip_matches_the_oracle,
     repeats_in_and_across_batches_are_unions,
     empty_vectors_create_nothing,

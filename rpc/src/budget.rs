@@ -69,6 +69,21 @@ fn split(remaining: Duration, levels_below: usize) -> Option<CallTime> {
     (grant > MARGIN).then_some(CallTime { wait, grant })
 }
 
+/// The hops of a chain whose nodes are on `machines`, in order: one per run
+/// of equal machines. A coordinator running the chain waits on that many
+/// levels of calls.
+pub(crate) fn hops(machines: impl IntoIterator<Item = u32>) -> usize {
+    let mut count = 0;
+    let mut last = None;
+    for machine in machines {
+        if last != Some(machine) {
+            count += 1;
+            last = Some(machine);
+        }
+    }
+    count
+}
+
 /// A duration as whole microseconds for the wire.
 pub(crate) fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)

@@ -174,6 +174,10 @@ pub struct SlaveStatus {
     pub vectors: u64,
     /// Bytes of its data files (last known).
     pub bytes: u64,
+    /// Bytes of vectors its folds have read since it started (last known).
+    pub read_bytes: u64,
+    /// Bytes it has sent to other processes since it started (last known).
+    pub sent_bytes: u64,
     /// Why it is down.
     pub reason: Option<String>,
 }
@@ -381,7 +385,10 @@ impl Link {
                 return Ok(connection.clone());
             }
         }
-        let connect = tokio::time::timeout(Duration::from_secs(10), net::connect(&self.addr, net::Sent::default()));
+        let connect = tokio::time::timeout(
+            Duration::from_secs(10),
+            net::connect(&self.addr, net::Sent::default()),
+        );
         let connection = match connect.await {
             Ok(Ok(connection)) => std::rc::Rc::new(connection),
             Ok(Err(err)) => return Err(self.connect_error(net::describe_io(&err))),
@@ -511,6 +518,8 @@ impl Link {
                         since,
                         vectors: s.get_vectors(),
                         bytes: s.get_bytes(),
+                        read_bytes: s.get_read_bytes(),
+                        sent_bytes: s.get_sent_bytes(),
                         reason: (!reason.is_empty()).then_some(reason),
                     })
                 })

@@ -1,4 +1,4 @@
-//! The cluster file (SPEC §4): the slaves in placement order and the number
+//! The cluster file (docs/protocol.md §4): the slaves in placement order and the number
 //! of copies of every vector.
 //!
 //! ```toml

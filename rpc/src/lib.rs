@@ -20,6 +20,7 @@
 //! # Ok::<(), bitfold_rpc::client::Error>(())
 //! ```
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 /// The Rust generated from `schema/bitfold.capnp` by `schema/regen.sh` (do not edit).
 #[rustfmt::skip]
@@ -56,9 +57,13 @@ pub enum Error {
     /// The cluster configuration is not usable.
     #[error("invalid cluster configuration: {0}")]
     Config(String),
-    /// The master's catalog could not be opened or written.
-    #[error(transparent)]
-    Catalog(#[from] catalog::CatalogError),
+    /// The master's catalog could not be opened (its cause is part of the
+    /// message, not a `source()`).
+    #[error(
+        "cannot open the master's catalog: {0} (if it is damaged, moving it away makes the \
+         master rebuild it from what the slaves hold)"
+    )]
+    Catalog(bitfold_engine::store::StoreError),
     /// The slave's store could not be opened.
     #[error(transparent)]
     Store(#[from] bitfold_engine::store::StoreError),

@@ -43,34 +43,11 @@ pub(crate) fn reader_options() -> ReaderOptions {
 
 /// Runs `main` to completion on a fresh current-thread runtime, inside a `LocalSet`.
 pub(crate) fn block_on_local<F: Future>(main: F) -> std::io::Result<F::Output> {
-    keep_freed_memory();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let local = tokio::task::LocalSet::new();
     Ok(local.block_on(&runtime, main))
-}
-
-/// Makes glibc keep freed message buffers for reuse instead of returning
-/// them to the kernel, which zero-fills fresh pages on every call (FINDINGS:
-/// 8 calls of 128 KiB in flight went from 186 µs to 44 µs per call). glibc's
-/// own sliding threshold gets there after the first large free; this holds
-/// from the first call and keeps freed memory from being trimmed. Buffers
-/// above 32 MiB (glibc's ceiling for the threshold) are still mapped fresh;
-/// their page zeroing is small next to the work on that much data.
-fn keep_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            // SAFETY: mallopt only changes allocator tuning parameters; it is
-            // called once, before this process's runtimes allocate messages.
-            unsafe {
-                libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-                libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
-            }
-        });
-    }
 }
 
 /// Binds `listen` (`HOST:PORT`, port 0 for any free one).

@@ -1,4 +1,4 @@
-//! Which slaves own a vector (SPEC §4).
+//! Which slaves own a vector (docs/protocol.md §4).
 //!
 //! With `n` slaves in cluster-file order, the owners of vid `v` are slaves
 //! `j, j+1, ..., j+replicas-1 (mod n)` where

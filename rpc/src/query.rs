@@ -1,4 +1,4 @@
-//! The query messages a DBMS sends (SPEC §2), parsed.
+//! The query messages a DBMS sends (docs/protocol.md §2), parsed.
 //!
 //! ```text
 //! query := point | range

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bitfold_rpc::master::PlanChoice;
+use bitfold_rpc::master::{CoordinatorPolicy, PlanChoice};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// The master's address when `--master` is left out.
@@ -84,13 +84,10 @@ pub struct MasterArgs {
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
     /// How the coordinator slave of each range query is chosen.
-    #[arg(long, value_enum, default_value_t = Policy::RoundRobin)]
-    pub policy: Policy,
-    /// How the coordinator gathers each term's vector: `chain` (machine to
-    /// machine, as the design document has it), `fan-out` (every machine
-    /// answers the coordinator at once) or `auto` (fan-out unless the
-    /// coordinator would receive too many partial results).
-    #[arg(long, value_name = "PLAN", default_value_t = PlanChoice::Auto)]
+    #[arg(long, value_enum, default_value_t = CoordinatorPolicy::RoundRobin)]
+    pub policy: CoordinatorPolicy,
+    /// How the coordinator gathers each term's vector.
+    #[arg(long, value_enum, default_value_t = PlanChoice::Auto)]
     pub plan: PlanChoice,
     /// Longest one attempt at a query may take (the coordinator and every
     /// chain under it) before its machines are reported failed [default: 5s].
@@ -105,17 +102,6 @@ pub struct MasterArgs {
     /// How often a slave that is down is probed, to be used again once it answers [default: 1s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub probe_interval: Option<Duration>,
-}
-
-/// Coordinator choice, as the master's `--policy` flag spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Policy {
-    /// Each live slave holding some of the query's vectors, in turn.
-    RoundRobin,
-    /// A live slave picked at random.
-    Random,
-    /// The live slave holding the most of the query's vectors.
-    Bandwidth,
 }
 
 /// `bitfold up`.
@@ -232,8 +218,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "R", default_value_t = 1, conflicts_with = "master")]
     pub replicas: usize,
     /// How the local cluster's master picks each query's coordinator.
-    #[arg(long, value_enum, default_value_t = Policy::RoundRobin, conflicts_with = "master")]
-    pub policy: Policy,
+    #[arg(long, value_enum, default_value_t = CoordinatorPolicy::RoundRobin, conflicts_with = "master")]
+    pub policy: CoordinatorPolicy,
     /// Take the data set from a directory of `<vid>.roaring` files instead of generating it.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["vectors", "bits", "density", "first_vid"])]
     pub data: Option<PathBuf>,

@@ -2,6 +2,8 @@
 //! build the objects the library crates provide, dispatch, and turn any
 //! failure into one `error:` line and a documented exit code (see `--help`).
 
+#![deny(unsafe_code)]
+
 mod cli;
 mod commands;
 
@@ -13,6 +15,7 @@ use clap::Parser;
 use bitfold_rpc::client::{self, ErrorKind};
 
 fn main() -> ExitCode {
+    keep_freed_memory();
     let cli = cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -29,6 +32,28 @@ fn main() -> ExitCode {
             eprintln!("error: {}", one_line(&err));
             ExitCode::from(exit_code(&err))
         }
+    }
+}
+
+/// Makes glibc keep freed message buffers for reuse instead of returning
+/// them to the kernel, which zero-fills fresh pages on every call: many
+/// calls in flight with messages of a few hundred KiB spend most of their
+/// time on page faults otherwise. glibc's own sliding threshold gets
+/// there after the first large free; this holds from the first call and keeps
+/// freed memory from being trimmed. Buffers above 32 MiB (glibc's ceiling for
+/// the threshold) are still mapped fresh; their page zeroing is small next to
+/// the work on that much data.
+///
+/// This is process-wide allocator tuning, so it belongs to the binary: a DBMS
+/// that links `bitfold-rpc` keeps its own settings.
+#[allow(unsafe_code)]
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator tuning parameters; it runs first
+    // in `main`, before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
     }
 }
 

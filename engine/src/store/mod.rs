@@ -26,6 +26,9 @@
 //! Readers hold an `Arc<Snapshot>`: a merge swaps in a new snapshot and
 //! deletes the old files, but a running query keeps the maps it has.
 //!
+//! The master's catalog lives on the same [`Directory`] contract, as a
+//! [`VidLog`]: an append-only, checksummed list of vids.
+//!
 //! ```
 //! use bitfold_engine::{Store, VectorBuf};
 //!
@@ -42,6 +45,7 @@
 
 mod error;
 mod footer;
+mod log;
 mod manifest;
 mod mmap;
 mod segment;
@@ -56,7 +60,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use rayon::prelude::*;
 
 pub use error::StoreError;
-pub use storage::{Directory, FileBytes, FileWriter, MemoryDirectory, MmapDirectory};
+pub use log::{VID_LOG_NAME, VidLog};
+pub use storage::{AppendFile, Directory, FileBytes, FileWriter, MemoryDirectory, MmapDirectory};
 
 use crate::vector::VectorPart;
 use manifest::{MANIFEST_NAME, Manifest, SegmentRecord};

@@ -5,12 +5,13 @@
 //! The contract is small because the store only ever needs four things: list
 //! the files, read a whole file as bytes that stay valid while held, write a
 //! new file that appears atomically (or not at all) under its name, and delete
-//! a file. Files are never modified in place.
+//! a file. Store files are never modified in place; the one exception is an
+//! append-only log ([`super::VidLog`]), which grows through an [`AppendFile`].
 
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, File};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -87,6 +88,17 @@ pub trait FileWriter: Send {
     fn commit(self: Box<Self>) -> Result<(), StoreError>;
 }
 
+/// A file that only grows, durably: each append is on disk when it returns.
+/// For logs; store files are written whole through [`FileWriter`].
+pub trait AppendFile: Send {
+    /// Writes `bytes` at byte `at` (the end of the valid content, which a
+    /// torn append may have left garbage after) and makes them durable.
+    fn write_at(&mut self, at: u64, bytes: &[u8]) -> Result<(), StoreError>;
+
+    /// Cuts the file to `len` bytes, durably.
+    fn truncate(&mut self, len: u64) -> Result<(), StoreError>;
+}
+
 /// The files of one store.
 pub trait Directory: Send + Sync + fmt::Debug {
     /// Where file `name` lives, for messages.
@@ -104,6 +116,10 @@ pub trait Directory: Send + Sync + fmt::Debug {
 
     /// Removes file `name`; bytes already read from it stay valid.
     fn delete(&self, name: &str) -> Result<(), StoreError>;
+
+    /// Opens file `name` to append to (see [`AppendFile`]), creating it empty,
+    /// durably, if missing.
+    fn open_append(&self, name: &str) -> Result<Box<dyn AppendFile>, StoreError>;
 }
 
 /// The name of the lock file that keeps two processes out of one directory.
@@ -219,6 +235,49 @@ impl Directory for MmapDirectory {
         // does not name, which the store removes when it next opens.
         fs::remove_file(&path).map_err(|e| StoreError::io("delete", &path, e))
     }
+
+    fn open_append(&self, name: &str) -> Result<Box<dyn AppendFile>, StoreError> {
+        let path = self.path(name);
+        let existed = path.exists();
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| StoreError::io("open", &path, e))?;
+        if !existed {
+            sync_dir(&self.root)?;
+        }
+        Ok(Box::new(LogFile { path, file }))
+    }
+}
+
+/// A real file appended to in place.
+struct LogFile {
+    path: PathBuf,
+    file: File,
+}
+
+impl AppendFile for LogFile {
+    fn write_at(&mut self, at: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        self.file
+            .seek(SeekFrom::Start(at))
+            .and_then(|_| self.file.write_all(bytes))
+            .map_err(|e| StoreError::io("write", &self.path, e))?;
+        self.file
+            .sync_data()
+            .map_err(|e| StoreError::io("sync", &self.path, e))
+    }
+
+    fn truncate(&mut self, len: u64) -> Result<(), StoreError> {
+        self.file
+            .set_len(len)
+            .map_err(|e| StoreError::io("truncate", &self.path, e))?;
+        self.file
+            .sync_data()
+            .map_err(|e| StoreError::io("sync", &self.path, e))
+    }
 }
 
 /// A file written under a temporary name, renamed into place on commit.
@@ -318,9 +377,20 @@ impl Directory for MemoryDirectory {
             )),
         }
     }
+
+    fn open_append(&self, name: &str) -> Result<Box<dyn AppendFile>, StoreError> {
+        self.files()
+            .entry(name.to_owned())
+            .or_insert_with(|| FileBytes::copy_from(&[]));
+        Ok(Box::new(MemoryFile {
+            files: Arc::clone(&self.files),
+            name: name.to_owned(),
+            bytes: Vec::new(),
+        }))
+    }
 }
 
-/// A file of a [`MemoryDirectory`] being written.
+/// A file of a [`MemoryDirectory`] being written, or appended to.
 struct MemoryFile {
     files: Arc<Mutex<MemoryFiles>>,
     name: String,
@@ -336,6 +406,35 @@ impl FileWriter for MemoryFile {
     fn commit(self: Box<Self>) -> Result<(), StoreError> {
         let bytes = FileBytes::copy_from(&self.bytes);
         lock(&self.files).insert(self.name, bytes);
+        Ok(())
+    }
+}
+
+impl MemoryFile {
+    /// Replaces the held file's bytes with what `change` makes of them.
+    fn change(&self, change: impl FnOnce(&mut Vec<u8>)) {
+        let mut files = lock(&self.files);
+        let mut bytes = files
+            .get(&self.name)
+            .map(|b| b.to_vec())
+            .unwrap_or_default();
+        change(&mut bytes);
+        files.insert(self.name.clone(), FileBytes::copy_from(&bytes));
+    }
+}
+
+impl AppendFile for MemoryFile {
+    fn write_at(&mut self, at: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        self.change(|file| {
+            file.truncate(at as usize);
+            file.resize(at as usize, 0);
+            file.extend_from_slice(bytes);
+        });
+        Ok(())
+    }
+
+    fn truncate(&mut self, len: u64) -> Result<(), StoreError> {
+        self.change(|file| file.resize(len as usize, 0));
         Ok(())
     }
 }

@@ -15,6 +15,7 @@ use crate::query::Term;
 
 /// How the master picks a query's coordinator among the live slaves.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum CoordinatorPolicy {
     /// Each live slave that holds some of the query's vectors, in turn (the
     /// default); every live slave in turn when none does.
@@ -54,6 +55,7 @@ impl fmt::Display for CoordinatorPolicy {
 
 /// How the master has a query's term vectors gathered (`--plan`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum PlanChoice {
     /// Fan-out unless the coordinator would receive too many partial
     /// results at once (the default).
@@ -148,9 +150,9 @@ pub(crate) enum Plan {
     TooMany { most: usize },
 }
 
-/// Where the vectors of a query live.
+/// What a plan depends on besides the terms, the catalog and who is up.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Layout {
+pub(crate) struct PlanShape {
     /// Slaves in the cluster.
     pub(crate) slaves: usize,
     /// Copies of each vector.
@@ -164,7 +166,7 @@ pub(crate) struct Layout {
 pub(crate) fn plan(
     terms: &[Term],
     catalog: &Catalog,
-    layout: Layout,
+    shape: PlanShape,
     up: impl Fn(usize) -> bool,
 ) -> Plan {
     if terms
@@ -177,15 +179,15 @@ pub(crate) fn plan(
     for term in terms {
         named += catalog
             .range(term.first, term.last)
-            .take(layout.most + 1 - named)
+            .take(shape.most + 1 - named)
             .count();
-        if named > layout.most {
-            return Plan::TooMany { most: layout.most };
+        if named > shape.most {
+            return Plan::TooMany { most: shape.most };
         }
     }
-    let Layout {
+    let PlanShape {
         slaves, replicas, ..
-    } = layout;
+    } = shape;
     let mut chains = Vec::with_capacity(terms.len());
     let mut orphans = 0;
     let mut down = Vec::new();
@@ -277,19 +279,16 @@ pub(crate) fn coordinator(
 mod tests {
     use super::*;
 
-    fn catalog(vids: &[u64]) -> (tempfile::TempDir, Catalog) {
-        let dir = tempfile::tempdir().unwrap();
-        let mut catalog = Catalog::open(dir.path()).unwrap();
-        catalog.insert(vids.iter().copied()).unwrap();
-        (dir, catalog)
+    fn catalog(vids: &[u64]) -> Catalog {
+        Catalog::in_memory(vids.iter().copied())
     }
 
     fn term(first: u64, last: u64) -> Term {
         Term { first, last }
     }
 
-    fn layout(slaves: usize, replicas: usize) -> Layout {
-        Layout {
+    fn shape(slaves: usize, replicas: usize) -> PlanShape {
+        PlanShape {
             slaves,
             replicas,
             most: 1000,
@@ -299,11 +298,11 @@ mod tests {
     #[test]
     fn chains_list_existing_vids_sorted_by_machine() {
         let vids: Vec<u64> = (0..40).chain([u64::MAX]).collect();
-        let (_dir, catalog) = catalog(&vids);
+        let catalog = catalog(&vids);
         let Plan::Chains(chains) = plan(
             &[term(0, u64::MAX), term(5, 9)],
             &catalog,
-            layout(4, 1),
+            shape(4, 1),
             |_| true,
         ) else {
             panic!("a plan with chains")
@@ -320,9 +319,9 @@ mod tests {
 
     #[test]
     fn an_empty_term_empties_the_answer() {
-        let (_dir, catalog) = catalog(&[1, 2, 3]);
+        let catalog = catalog(&[1, 2, 3]);
         assert_eq!(
-            plan(&[term(1, 3), term(4, 100)], &catalog, layout(2, 1), |_| {
+            plan(&[term(1, 3), term(4, 100)], &catalog, shape(2, 1), |_| {
                 false
             }),
             Plan::Empty
@@ -332,13 +331,13 @@ mod tests {
     #[test]
     fn down_owners_are_replaced_by_replicas_or_reported() {
         let vids: Vec<u64> = (0..30).collect();
-        let (_dir, catalog) = catalog(&vids);
-        let Plan::Chains(chains) = plan(&[term(0, 29)], &catalog, layout(3, 2), |s| s != 1) else {
+        let catalog = catalog(&vids);
+        let Plan::Chains(chains) = plan(&[term(0, 29)], &catalog, shape(3, 2), |s| s != 1) else {
             panic!("replicas cover one down slave")
         };
         assert!(chains[0].iter().all(|&(m, _)| m != 1));
         assert_eq!(chains[0].len(), 30);
-        match plan(&[term(0, 29)], &catalog, layout(3, 1), |s| s != 1) {
+        match plan(&[term(0, 29)], &catalog, shape(3, 1), |s| s != 1) {
             Plan::NoOwner { vectors, down } => {
                 let on_1 = vids
                     .iter()
@@ -353,14 +352,14 @@ mod tests {
     #[test]
     fn a_query_names_a_bounded_number_of_vectors() {
         let vids: Vec<u64> = (0..600).collect();
-        let (_dir, catalog) = catalog(&vids);
+        let catalog = catalog(&vids);
         let terms = [term(0, 599), term(100, 599)];
         assert_eq!(
-            plan(&terms, &catalog, layout(2, 1), |_| true),
+            plan(&terms, &catalog, shape(2, 1), |_| true),
             Plan::TooMany { most: 1000 }
         );
         assert!(matches!(
-            plan(&terms[1..], &catalog, layout(2, 1), |_| true),
+            plan(&terms[1..], &catalog, shape(2, 1), |_| true),
             Plan::Chains(_)
         ));
     }

@@ -3,6 +3,19 @@
 
 use std::time::SystemTime;
 
+/// What a slave holds and has done, as its last health answer said.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Holdings {
+    /// Vectors it holds.
+    pub(crate) vectors: u64,
+    /// Bytes of its data files.
+    pub(crate) bytes: u64,
+    /// Bytes of vectors its folds have read since it started.
+    pub(crate) read_bytes: u64,
+    /// Bytes it has sent to other processes since it started.
+    pub(crate) sent_bytes: u64,
+}
+
 /// What the master knows of one slave.
 #[derive(Debug, Clone)]
 pub(crate) struct SlaveState {
@@ -12,9 +25,8 @@ pub(crate) struct SlaveState {
     pub(crate) since: SystemTime,
     /// Why it is down.
     pub(crate) reason: Option<String>,
-    /// Vectors and bytes it reported last.
-    pub(crate) vectors: u64,
-    pub(crate) bytes: u64,
+    /// What it reported last.
+    pub(crate) holdings: Holdings,
     /// Whether its catalog has been merged into the master's since it came up.
     pub(crate) synced: bool,
 }
@@ -26,8 +38,7 @@ impl SlaveState {
             up: false,
             since: SystemTime::now(),
             reason: Some("not contacted yet".into()),
-            vectors: 0,
-            bytes: 0,
+            holdings: Holdings::default(),
             synced: false,
         }
     }

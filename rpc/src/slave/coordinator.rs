@@ -1,5 +1,5 @@
 //! The coordinator: runs one handler chain per term, concurrently, and
-//! ANDs the term vectors (the seed's `query` and `handler_call`).
+//! ANDs the term vectors.
 //!
 //! A chain that starts on the coordinator itself runs its handler locally,
 //! without an RPC to itself. Every failed machine any chain reports is
@@ -64,7 +64,7 @@ async fn start_chain(
     end: &mut impl handler::EndTarget,
 ) -> capnp::Result<Step> {
     if nodes.get(0).get_machine() == you {
-        return handler::run_chain(slave, machines, nodes, &[], budget, end).await;
+        return handler::handle_hop(slave, machines, nodes, &[], budget, end).await;
     }
     Ok(
         match handler::forward(slave, machines, nodes, 0, budget, |_| {}).await? {
@@ -74,8 +74,8 @@ async fn start_chain(
     )
 }
 
-/// Runs one term's chain: locally when it starts here, else by RPC.
-async fn run_term(
+/// The vector of one term: its chain run locally when it starts here, else by RPC.
+async fn term_vector(
     slave: &Slave,
     machines: Machines<'_>,
     you: u32,
@@ -95,10 +95,10 @@ async fn run_term(
     )
 }
 
-/// A query of one term: its vector is the answer. A chain that starts
+/// Answers a query of one term: its vector is the answer. A chain that starts
 /// here ends in this reply directly, and a vector another machine returns
 /// is copied into it once, instead of going through an intersection of one.
-async fn single_term(
+async fn answer_one_term(
     slave: &Slave,
     machines: Machines<'_>,
     you: u32,
@@ -158,13 +158,13 @@ pub(crate) async fn coordinate(
         return fan_out(&slave, machines, you, &chains, want, budget, results).await;
     }
     if want == Want::Vector && chains.len() == 1 {
-        return single_term(&slave, machines, you, chains.get(0)?, budget, results).await;
+        return answer_one_term(&slave, machines, you, chains.get(0)?, budget, results).await;
     }
-    let mut runs = Vec::with_capacity(chains.len() as usize);
+    let mut pending = Vec::with_capacity(chains.len() as usize);
     for nodes in chains.iter() {
-        runs.push(run_term(&slave, machines, you, nodes?, budget));
+        pending.push(term_vector(&slave, machines, you, nodes?, budget));
     }
-    let outcomes: Vec<TermVector> = futures::future::join_all(runs)
+    let outcomes: Vec<TermVector> = futures::future::join_all(pending)
         .await
         .into_iter()
         .collect::<capnp::Result<_>>()?;

@@ -1,4 +1,4 @@
-//! The handler: one hop of a term's chain (the seed's `handle_query_rpc`).
+//! The handler: one hop of a term's chain.
 //!
 //! The chain is a list of `MachineVecNode`s sorted by machine; the receiver
 //! is the machine of the first node. It ORs the vectors of its leading run
@@ -16,7 +16,7 @@ use bitfold_engine::fold::UnionPlan;
 use capnp::capability::{Promise, Response};
 
 use crate::bitfold_capnp::{machine, machine_vec_node, part, query_return_value, slave};
-use crate::budget::{Budget, micros};
+use crate::budget::{Budget, hops, micros};
 use crate::wire;
 
 use super::Slave;
@@ -26,7 +26,7 @@ pub(crate) type Nodes<'a> = capnp::struct_list::Reader<'a, machine_vec_node::Own
 /// A chain's machine table.
 pub(crate) type Machines<'a> = capnp::struct_list::Reader<'a, machine::Owned>;
 
-/// A machine that failed, and why (the seed's `failed_machine`).
+/// A machine that failed, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FailedMachine {
     pub(crate) name: String,
@@ -104,24 +104,10 @@ impl EndTarget for capnp::message::Builder<capnp::message::HeapAllocator> {
     }
 }
 
-/// The number of runs of equal machines in `nodes` (hops the chain makes).
-pub(crate) fn runs<'a>(nodes: impl Iterator<Item = machine_vec_node::Reader<'a>>) -> usize {
-    let mut count = 0;
-    let mut last = None;
-    for node in nodes {
-        let machine = node.get_machine();
-        if last != Some(machine) {
-            count += 1;
-            last = Some(machine);
-        }
-    }
-    count
-}
-
 /// Runs the chain `nodes` from this machine (the first node's) on, with the
 /// incoming `partial` result. When the chain ends here, the vector is
 /// written into `end`.
-pub(crate) async fn run_chain(
+pub(crate) async fn handle_hop(
     slave: &Slave,
     machines: Machines<'_>,
     nodes: Nodes<'_>,
@@ -173,7 +159,7 @@ pub(crate) async fn forward(
     let next = nodes.get(from).get_machine();
     let fail = |reason: String| Ok(Err(FailedMachine::at(machines, next, reason)?));
     let rest = nodes.len() - from;
-    let levels_below = runs(nodes.iter().skip(from as usize)) - 1;
+    let levels_below = hops(nodes.iter().skip(from as usize).map(|n| n.get_machine())) - 1;
     let Some(time) = budget.call(levels_below) else {
         return fail("the query ran out of time before reaching it".into());
     };
@@ -218,7 +204,7 @@ pub(crate) async fn handle(
     let budget = slave.budget(arrived, params.get_budget_micros());
     let wire_parts = wire::read_parts(params.get_partial()?)?;
     let partial = wire::views(&wire_parts)?;
-    let step = run_chain(
+    let step = handle_hop(
         &slave,
         params.get_machines()?,
         params.get_chain()?,

@@ -234,8 +234,15 @@ impl Slave {
         let found = vids.into_iter().try_for_each(|vid| {
             let before = out.len();
             out.extend(snapshot.parts(vid));
-            read += out[before..].iter().map(VectorPart::data_bytes).sum::<u64>();
-            if out.len() == before { Err(vid) } else { Ok(()) }
+            read += out[before..]
+                .iter()
+                .map(VectorPart::data_bytes)
+                .sum::<u64>();
+            if out.len() == before {
+                Err(vid)
+            } else {
+                Ok(())
+            }
         });
         self.read.set(self.read.get() + read);
         found

@@ -16,7 +16,6 @@ use serde::Serialize;
 use super::demo::read_vectors;
 use super::import::{Destination, import_paths};
 use super::local::{Layout, LocalCluster, numbered_cluster};
-use super::serve::policy;
 use crate::cli::{BenchArgs, BenchForm};
 use bitfold_benches::dataset::{self, DataSet, Shape, part_bytes};
 use bitfold_benches::harness::{self, Limit, Measured, Plan, Reply, process_cpu};
@@ -72,13 +71,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 &Layout::new(dir.path()),
                 config,
                 "127.0.0.1:0",
-                policy(args.policy),
+                args.policy,
                 &stops,
             )?;
             let description = format!(
                 "a local cluster of {} slaves ({} coordinators)",
-                args.slaves,
-                policy(args.policy)
+                args.slaves, args.policy
             );
             (local.master.to_string(), description)
         }
@@ -326,7 +324,7 @@ impl Report {
             system: "bitfold",
             master: args.master.clone(),
             slaves: local.then_some(args.slaves),
-            policy: local.then(|| policy(args.policy).to_string()),
+            policy: local.then(|| args.policy.to_string()),
             vectors: catalog.vids.len(),
             bits: catalog.bits,
             density: catalog.density,

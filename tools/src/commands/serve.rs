@@ -4,10 +4,10 @@ use std::path::Path;
 
 use anyhow::Context;
 use bitfold_rpc::cluster::ClusterConfig;
-use bitfold_rpc::master::{self, CoordinatorPolicy, MasterOptions};
+use bitfold_rpc::master::{self, MasterOptions};
 use bitfold_rpc::slave::{self, SlaveOptions};
 
-use crate::cli::{MasterArgs, Policy, SlaveArgs};
+use crate::cli::{MasterArgs, SlaveArgs};
 
 /// Serves a slave; prints `slave listening on ADDR` once it accepts calls.
 pub fn slave(args: SlaveArgs) -> anyhow::Result<()> {
@@ -23,7 +23,7 @@ pub fn master(args: MasterArgs) -> anyhow::Result<()> {
         .data_dir
         .unwrap_or_else(|| default_master_dir(&args.cluster));
     let mut options = MasterOptions::new(args.listen, cluster, data_dir);
-    options.policy = policy(args.policy);
+    options.policy = args.policy;
     options.plan = args.plan;
     options.rpc_timeout = args.rpc_timeout.unwrap_or(options.rpc_timeout);
     options.attempts = args.attempts.unwrap_or(options.attempts);
@@ -34,19 +34,10 @@ pub fn master(args: MasterArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `master-data` beside the cluster file (SPEC §6).
+/// `master-data` beside the cluster file (docs/protocol.md §6).
 fn default_master_dir(cluster_file: &Path) -> std::path::PathBuf {
     cluster_file
         .parent()
         .unwrap_or(Path::new("."))
         .join("master-data")
-}
-
-/// The library's name for a `--policy` value.
-pub fn policy(policy: Policy) -> CoordinatorPolicy {
-    match policy {
-        Policy::RoundRobin => CoordinatorPolicy::RoundRobin,
-        Policy::Random => CoordinatorPolicy::Random,
-        Policy::Bandwidth => CoordinatorPolicy::Bandwidth,
-    }
 }

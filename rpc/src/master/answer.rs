@@ -1,0 +1,337 @@
+//! Answering a query: plan it, call a coordinator (range) or an owner
+//! (point), and try again on other machines when one fails.
+//!
+//! Every call has a deadline from the query's budget. A machine that fails
+//! (refused, reset, timed out, or reported as `failedMachine`) is marked down
+//! and the query is planned again on the other owners, at most
+//! [`super::MasterOptions::attempts`] times, all within
+//! [`super::MasterOptions::query_timeout`]. When some needed vector has no
+//! live owner the answer is `unavailable`, naming the machines: never a
+//! partial answer.
+
+use std::future::Future;
+
+use capnp::capability::Response;
+
+use super::Master;
+use super::plan::{self, Chain, Plan, PlanShape};
+use super::reply::{Failure, Found};
+use crate::bitfold_capnp::{
+    Format as WireFormat, PlanKind, Want, coordinate_result, fetch_result, slave,
+};
+use crate::budget::{Budget, hops, micros};
+use crate::client::ErrorKind;
+use crate::net;
+use crate::placement;
+use crate::query::{self, Query};
+use crate::slave::handler::FailedMachine;
+
+/// What one attempt at a query came to.
+enum Attempt {
+    /// The answer.
+    Found(Found),
+    /// These machines failed (already marked down); try again.
+    Failed(Vec<FailedMachine>),
+    /// Too little time is left to make the call.
+    OutOfTime,
+}
+
+impl Master {
+    /// Answers `message` in `format`, or says why not.
+    pub(super) async fn answer(
+        &self,
+        message: &[u8],
+        format: WireFormat,
+    ) -> Result<Found, Failure> {
+        let query = query::parse(message, &self.options.limits)
+            .map_err(|e| Failure::new(ErrorKind::BadQuery, e.to_string()))?;
+        let budget = Budget::new(self.options.query_timeout);
+        let count = format == WireFormat::Count;
+        let work = async {
+            match &query {
+                Query::Point(vid) => self.point(*vid, count, budget).await,
+                Query::Range(terms) => {
+                    // AND is idempotent and commutative: each distinct term once.
+                    let mut terms = terms.clone();
+                    terms.sort_unstable_by_key(|t| (t.first, t.last));
+                    terms.dedup();
+                    self.range(&terms, count, budget).await
+                }
+            }
+        };
+        match tokio::time::timeout(self.options.query_timeout, work).await {
+            Ok(found) => found,
+            Err(_) => Err(self.no_answer_in_time()),
+        }
+    }
+
+    /// Makes up to `attempts` attempts within `budget`, each given at most
+    /// `rpc_timeout` of it, until one finds the answer or fails for good.
+    async fn with_retries<F, A>(&self, budget: Budget, mut attempt: F) -> Result<Found, Failure>
+    where
+        F: FnMut(Budget) -> A,
+        A: Future<Output = Result<Attempt, Failure>>,
+    {
+        let mut failed = Vec::new();
+        let mut tried = 0;
+        while tried < self.options.attempts {
+            tried += 1;
+            let time = Budget::new(budget.remaining().min(self.options.rpc_timeout));
+            match attempt(time).await? {
+                Attempt::Found(found) => return Ok(found),
+                Attempt::Failed(machines) => failed.extend(machines),
+                Attempt::OutOfTime => break,
+            }
+        }
+        Err(self.out_of_attempts(tried, &failed))
+    }
+
+    async fn range(
+        &self,
+        terms: &[query::Term],
+        count: bool,
+        budget: Budget,
+    ) -> Result<Found, Failure> {
+        self.with_retries(budget, |time| self.range_attempt(terms, count, time))
+            .await
+    }
+
+    async fn point(&self, vid: u64, count: bool, budget: Budget) -> Result<Found, Failure> {
+        if !self.catalog.borrow().contains(vid) {
+            return Err(Failure::new(
+                ErrorKind::NotFound,
+                format!("vector {vid} not found"),
+            ));
+        }
+        let owners = placement::owners(
+            vid,
+            self.options.cluster.slaves.len(),
+            self.options.cluster.replicas,
+        );
+        self.with_retries(budget, |time| self.point_attempt(vid, &owners, count, time))
+            .await
+    }
+
+    /// Plans the terms over the live slaves and asks a coordinator for the answer.
+    async fn range_attempt(
+        &self,
+        terms: &[query::Term],
+        count: bool,
+        budget: Budget,
+    ) -> Result<Attempt, Failure> {
+        let slaves = self.options.cluster.slaves.len();
+        let plan = {
+            let states = self.slaves.borrow();
+            let shape = PlanShape {
+                slaves,
+                replicas: self.options.cluster.replicas,
+                most: self.options.max_query_vectors,
+            };
+            plan::plan(terms, &self.catalog.borrow(), shape, |i| states[i].up)
+        };
+        let mut chains = match plan {
+            Plan::Empty => return Ok(Attempt::Found(Found::Empty)),
+            Plan::NoOwner { vectors, down } => {
+                return Err(self.unavailable(format!("no live owner for {vectors} vectors"), &down));
+            }
+            Plan::TooMany { most } => {
+                return Err(Failure::new(
+                    ErrorKind::TooLarge,
+                    format!(
+                        "too large: the terms of this query hold more than {most} existing \
+                         vectors in all; narrow them or split the query"
+                    ),
+                ));
+            }
+            Plan::Chains(chains) => chains,
+        };
+        let turn = self.turn.get();
+        self.turn.set(turn.wrapping_add(1));
+        let live = self.live();
+        let Some(coordinator) = plan::coordinator(self.options.policy, &chains, &live, turn) else {
+            return Err(self.unavailable("no slave is up".into(), &(0..slaves).collect::<Vec<_>>()));
+        };
+        for chain in &mut chains {
+            plan::start_at(chain, coordinator as u32);
+        }
+        let kind = plan::gathering(self.options.plan, &chains, coordinator as u32);
+        let levels = match kind {
+            PlanKind::FanOut => 1,
+            PlanKind::Chain => chains
+                .iter()
+                .map(|c| hops(c.iter().map(|&(machine, _)| machine)))
+                .max()
+                .unwrap_or(0),
+        };
+        let Some(time) = budget.call(levels) else {
+            return Ok(Attempt::OutOfTime);
+        };
+        let addr = &self.options.cluster.slaves[coordinator].addr;
+        let answer = self
+            .pool
+            .call(addr, time.wait, |client| {
+                let mut request = client.coordinate_request();
+                let mut params = request.get();
+                self.write_machines(params.reborrow().init_machines(slaves as u32));
+                params.set_you(coordinator as u32);
+                params.set_want(if count { Want::Count } else { Want::Vector });
+                params.set_budget_micros(micros(time.grant));
+                params.set_plan(kind);
+                write_chains(params.init_chains(chains.len() as u32), &chains);
+                request.send().promise
+            })
+            .await;
+        let reason = match answer {
+            Ok(response) => match coordinator_failures(&response) {
+                Ok(failures) if failures.is_empty() => {
+                    return Ok(Attempt::Found(Found::Range(response)));
+                }
+                Ok(failures) => {
+                    for f in &failures {
+                        self.mark_failed(f);
+                    }
+                    return Ok(Attempt::Failed(failures));
+                }
+                Err(err) => format!("it answered a malformed message: {err}"),
+            },
+            Err(reason) => {
+                tracing::warn!(
+                    "coordinator {} failed ({reason}); the query is tried again elsewhere",
+                    self.slave_name(coordinator)
+                );
+                reason
+            }
+        };
+        Ok(Attempt::Failed(vec![
+            self.machine_failed(coordinator, reason),
+        ]))
+    }
+
+    /// Fetches vector `vid` from its first live owner.
+    async fn point_attempt(
+        &self,
+        vid: u64,
+        owners: &[usize],
+        count: bool,
+        budget: Budget,
+    ) -> Result<Attempt, Failure> {
+        let owner = owners.iter().copied().find(|&o| self.slaves.borrow()[o].up);
+        let Some(owner) = owner else {
+            return Err(self.unavailable(format!("no live owner for vector {vid}"), owners));
+        };
+        let Some(time) = budget.call(0) else {
+            return Ok(Attempt::OutOfTime);
+        };
+        let addr = &self.options.cluster.slaves[owner].addr;
+        let answer = self
+            .pool
+            .call(addr, time.wait, |client| {
+                let mut request = client.fetch_request();
+                request.get().set_vid(vid);
+                request
+                    .get()
+                    .set_want(if count { Want::Count } else { Want::Vector });
+                request.send().promise
+            })
+            .await;
+        let reason = match answer {
+            Ok(response) => match fetch_found(&response) {
+                Ok(true) => return Ok(Attempt::Found(Found::Point(response))),
+                Ok(false) => format!("it does not hold vector {vid}, which the catalog lists"),
+                Err(err) => format!("it answered a malformed message: {err}"),
+            },
+            Err(reason) => reason,
+        };
+        Ok(Attempt::Failed(vec![self.machine_failed(owner, reason)]))
+    }
+
+    /// Marks slave `index` down for `reason` and names it as failed.
+    fn machine_failed(&self, index: usize, reason: String) -> FailedMachine {
+        self.mark_down(index, &reason);
+        let entry = &self.options.cluster.slaves[index];
+        FailedMachine {
+            name: entry.name.clone(),
+            addr: entry.addr.clone(),
+            reason,
+        }
+    }
+
+    /// The machine table every chain refers to: all slaves in cluster order.
+    fn write_machines(
+        &self,
+        mut list: capnp::struct_list::Builder<'_, crate::bitfold_capnp::machine::Owned>,
+    ) {
+        for (i, entry) in self.options.cluster.slaves.iter().enumerate() {
+            let mut machine = list.reborrow().get(i as u32);
+            machine.set_name(entry.name.as_str());
+            machine.set_addr(entry.addr.as_str());
+        }
+    }
+
+    fn no_answer_in_time(&self) -> Failure {
+        Failure::new(
+            ErrorKind::Unavailable,
+            format!(
+                "unavailable: no answer within {}",
+                net::seconds(self.options.query_timeout)
+            ),
+        )
+    }
+
+    /// The error when every attempt failed: the machines that failed, and why.
+    fn out_of_attempts(&self, tried: u32, failed: &[FailedMachine]) -> Failure {
+        if failed.is_empty() {
+            return self.no_answer_in_time();
+        }
+        let mut names: Vec<String> = failed.iter().map(|f| f.name.clone()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let reasons: Vec<String> = failed
+            .iter()
+            .map(|f| format!("{} ({}): {}", f.name, f.addr, f.reason))
+            .collect();
+        Failure {
+            kind: ErrorKind::Unavailable,
+            message: format!(
+                "unavailable: no answer after {tried} attempt{}; failed: {}",
+                if tried == 1 { "" } else { "s" },
+                reasons.join("; ")
+            ),
+            failed_machines: names,
+        }
+    }
+}
+
+/// Writes the chains of a coordinate call.
+fn write_chains(
+    mut lists: capnp::list_list::Builder<
+        '_,
+        capnp::struct_list::Owned<crate::bitfold_capnp::machine_vec_node::Owned>,
+    >,
+    chains: &[Chain],
+) {
+    for (i, chain) in chains.iter().enumerate() {
+        let mut nodes = lists.reborrow().init(i as u32, chain.len() as u32);
+        for (j, &(machine, vid)) in chain.iter().enumerate() {
+            let mut node = nodes.reborrow().get(j as u32);
+            node.set_machine(machine);
+            node.set_vid(vid);
+        }
+    }
+}
+
+fn coordinator_failures(
+    response: &Response<slave::coordinate_results::Owned>,
+) -> capnp::Result<Vec<FailedMachine>> {
+    match response.get()?.get_result()?.which()? {
+        coordinate_result::FailedMachines(list) => list?.iter().map(FailedMachine::read).collect(),
+        coordinate_result::Vector(_) | coordinate_result::Count(_) => Ok(Vec::new()),
+    }
+}
+
+fn fetch_found(response: &Response<slave::fetch_results::Owned>) -> capnp::Result<bool> {
+    Ok(!matches!(
+        response.get()?.get_result()?.which()?,
+        fetch_result::NotFound(())
+    ))
+}

@@ -1,0 +1,119 @@
+//! Import fan-out: every non-empty vector goes to all its owners, and its
+//! vid is recorded in the catalog only once every owner has stored it.
+
+use capnp::capability::Promise;
+
+use super::Master;
+use super::reply::Failure;
+use crate::bitfold_capnp::{outcome, vid_vector};
+use crate::catalog::Catalog;
+use crate::client::ErrorKind;
+use crate::placement;
+use crate::wire;
+
+impl Master {
+    /// Sends every non-empty vector to all its owners, then records the vids.
+    pub(super) async fn import_vectors(
+        &self,
+        vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
+    ) -> Result<(), Failure> {
+        let slaves = self.options.cluster.slaves.len();
+        let mut by_owner: Vec<Vec<u32>> = vec![Vec::new(); slaves];
+        let mut vids = Vec::new();
+        for (i, vector) in vectors.iter().enumerate() {
+            let vid = vector.get_vid();
+            let bad = |e: capnp::Error| {
+                Failure::new(
+                    ErrorKind::Internal,
+                    format!("vector {vid} is malformed: {e}"),
+                )
+            };
+            let wire_parts = wire::read_parts(vector.get_parts().map_err(bad)?).map_err(bad)?;
+            let parts = wire::views(&wire_parts).map_err(bad)?;
+            if parts.iter().all(|p| p.is_empty()) {
+                continue;
+            }
+            vids.push(vid);
+            for owner in placement::owners(vid, slaves, self.options.cluster.replicas) {
+                by_owner[owner].push(i as u32);
+            }
+        }
+        let sends = by_owner
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| !e.is_empty())
+            .map(|(owner, entries)| {
+                let entry = &self.options.cluster.slaves[owner];
+                let timeout = if self.slaves.borrow()[owner].up {
+                    self.options.import_timeout
+                } else {
+                    self.options.rpc_timeout
+                };
+                async move {
+                    let answer = self
+                        .pool
+                        .call(&entry.addr, timeout, |client| {
+                            let mut request = client.import_request();
+                            let mut list = request.get().init_vectors(entries.len() as u32);
+                            for (j, &i) in entries.iter().enumerate() {
+                                if let Err(err) = list.set_with_caveats(j as u32, vectors.get(i)) {
+                                    return Promise::err(err);
+                                }
+                            }
+                            Promise::from_future(request.send().promise)
+                        })
+                        .await;
+                    (owner, answer)
+                }
+            });
+        let answers = futures::future::join_all(sends).await;
+        let mut down = Vec::new();
+        let mut reasons = Vec::new();
+        for (owner, answer) in answers {
+            let refused = match answer {
+                Ok(response) => match response
+                    .get()
+                    .and_then(|r| r.get_outcome())
+                    .and_then(|o| Ok(o.which()?))
+                {
+                    Ok(outcome::Ok(())) => None,
+                    Ok(outcome::Error(error)) => {
+                        let message = error
+                            .and_then(|e| Ok(e.get_message()?.to_string()?))
+                            .unwrap_or_else(|e| e.to_string());
+                        return Err(Failure::new(
+                            ErrorKind::Internal,
+                            format!("slave {}: {message}", self.slave_name(owner)),
+                        ));
+                    }
+                    Err(err) => Some(format!("it answered a malformed message: {err}")),
+                },
+                Err(reason) => Some(reason),
+            };
+            if let Some(reason) = refused {
+                self.mark_down(owner, &reason);
+                reasons.push(format!("{}: {reason}", self.slave_name(owner)));
+                down.push(owner);
+            }
+        }
+        if !down.is_empty() {
+            let failure = self.unavailable(
+                format!(
+                    "the import was not recorded: every owner must store it ({}); \
+                     import again once they are up",
+                    reasons.join("; ")
+                ),
+                &down,
+            );
+            return Err(failure);
+        }
+        Catalog::insert(&self.catalog, vids)
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                Failure::internal(format!(
+                    "the vectors are stored but the master could not record them: {e}"
+                ))
+            })
+    }
+}

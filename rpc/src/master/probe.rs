@@ -1,0 +1,114 @@
+//! Probing slaves and merging their catalogs: a down slave is asked for its
+//! health every [`super::MasterOptions::probe_interval`] and used again once
+//! it answers and the vids it holds are in the master's catalog.
+
+use std::rc::Rc;
+use std::time::SystemTime;
+
+use super::Master;
+use super::slaves::Holdings;
+use crate::bitfold_capnp::master;
+use crate::catalog::Catalog;
+
+/// Probes the slaves that need it, forever.
+pub(super) async fn probe_loop(master: Rc<Master>) {
+    loop {
+        tokio::time::sleep(master.options.probe_interval).await;
+        master.probe_round().await;
+    }
+}
+
+impl Master {
+    /// Probes every slave that is down or whose catalog is not merged yet.
+    pub(super) async fn probe_round(&self) {
+        let pending: Vec<usize> = {
+            let slaves = self.slaves.borrow();
+            (0..slaves.len())
+                .filter(|&i| !slaves[i].up || !slaves[i].synced)
+                .collect()
+        };
+        futures::future::join_all(pending.into_iter().map(|i| self.probe(i))).await;
+    }
+
+    /// Asks slave `index` for its health (and its catalog, when it was not
+    /// merged since the slave came up) and records what it says.
+    async fn probe(&self, index: usize) {
+        let addr = self.options.cluster.slaves[index].addr.clone();
+        let timeout = self.options.health_timeout();
+        let health = self
+            .pool
+            .call(&addr, timeout, |client| {
+                client.health_request().send().promise
+            })
+            .await;
+        let response = match health {
+            Ok(response) => response,
+            Err(reason) => return self.mark_down(index, &reason),
+        };
+        let counts = response.get().map(|h| Holdings {
+            vectors: h.get_vectors(),
+            bytes: h.get_bytes(),
+            read_bytes: h.get_read_bytes(),
+            sent_bytes: h.get_sent_bytes(),
+        });
+        let Ok(holdings) = counts else {
+            return self.mark_down(index, "it answered health with a malformed message");
+        };
+        self.slaves.borrow_mut()[index].holdings = holdings;
+        let synced = self.slaves.borrow()[index].synced;
+        if !synced && let Err(reason) = self.sync_catalog(&addr).await {
+            return self.mark_down(index, &reason);
+        }
+        if self.slaves.borrow_mut()[index].come_up() {
+            tracing::info!("slave {} is up", self.slave_name(index));
+        }
+    }
+
+    /// Merges the vids slave `addr` holds into the catalog (durably).
+    async fn sync_catalog(&self, addr: &str) -> Result<(), String> {
+        let response = self
+            .pool
+            .call(addr, self.options.rpc_timeout, |client| {
+                client.catalog_request().send().promise
+            })
+            .await?;
+        let vids = response
+            .get()
+            .and_then(|r| r.get_vids())
+            .map_err(|e| format!("its catalog is malformed: {e}"))?;
+        if !vids.len().is_multiple_of(8) {
+            return Err("its catalog is malformed: not a whole number of vids".into());
+        }
+        let vids = vids
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        Catalog::insert(&self.catalog, vids)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("the master could not record its catalog: {e}"))
+    }
+
+    /// Probes every slave, then writes what the master knows of each.
+    pub(super) async fn status(&self, results: &mut master::StatusResults) {
+        let all = 0..self.options.cluster.slaves.len();
+        futures::future::join_all(all.map(|i| self.probe(i))).await;
+        let slaves = self.slaves.borrow();
+        let mut list = results.get().init_slaves(slaves.len() as u32);
+        for (i, (state, entry)) in slaves.iter().zip(&self.options.cluster.slaves).enumerate() {
+            let mut out = list.reborrow().get(i as u32);
+            out.set_name(entry.name.as_str());
+            out.set_addr(entry.addr.as_str());
+            out.set_up(state.up);
+            let since = state
+                .since
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            out.set_since_unix_millis(since);
+            out.set_vectors(state.holdings.vectors);
+            out.set_bytes(state.holdings.bytes);
+            out.set_read_bytes(state.holdings.read_bytes);
+            out.set_sent_bytes(state.holdings.sent_bytes);
+            out.set_reason(state.reason.as_deref().unwrap_or(""));
+        }
+    }
+}
