@@ -77,9 +77,9 @@ fn keep_freed_memory() {
 pub(crate) async fn bind(listen: &str) -> Result<TcpListener, crate::Error> {
     TcpListener::bind(listen)
         .await
-        .map_err(|source| crate::Error::Bind {
+        .map_err(|cause| crate::Error::Bind {
             addr: listen.to_owned(),
-            source,
+            cause,
         })
 }
 

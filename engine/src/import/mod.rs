@@ -216,15 +216,9 @@ impl fmt::Display for ImportError {
     }
 }
 
-impl std::error::Error for ImportError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.problem {
-            Problem::Io(e) => Some(e),
-            Problem::InvalidRoaring(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// The message carries the cause's text (the I/O error, the roaring
+/// decoder's complaint), so there is no `source()`: each cause is printed once.
+impl std::error::Error for ImportError {}
 
 impl ImportError {
     fn file(path: &Path, problem: Problem) -> ImportError {

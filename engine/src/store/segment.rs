@@ -152,7 +152,7 @@ impl Segment {
         let name = segment_name(id);
         let path = dir.path(&name);
         let bytes = match dir.read(&name) {
-            Err(StoreError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            Err(StoreError::Io { cause, .. }) if cause.kind() == io::ErrorKind::NotFound => {
                 return Err(StoreError::Missing {
                     path,
                     reason: "the manifest names it as holding vectors".into(),
