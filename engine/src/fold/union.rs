@@ -236,10 +236,7 @@ fn fill_range(
         let end_slot = (c1 / CONTAINER_WORDS) as u32;
         while let Some(scatter) = scatters.get(next_scatter).filter(|s| s.slot < end_slot) {
             let input = &inputs[scatter.input as usize];
-            let c = scatter.container as usize;
-            let ends = input.sparse_ends();
-            let start = if c == 0 { 0 } else { ends[c - 1] as usize };
-            let values = &input.sparse_values()[start..ends[c] as usize];
+            let values = input.sparse_container(scatter.container as usize);
             let at = scatter.slot as usize * CONTAINER_WORDS - c0;
             let container = (&mut chunk[at..at + CONTAINER_WORDS])
                 .try_into()
