@@ -30,14 +30,12 @@ pub const CONTAINER_WORDS: usize = CONTAINER_BITS / 64;
 
 /// The most bits a builder keeps in a sparse container; a fuller one is made dense.
 ///
-/// Measured (`benches/`, groups "sparse or dense", three runs): a union
-/// scatters a sparse value in about 1 ns and streams a dense container in
-/// 0.2 µs from L3 or 0.4 to 0.6 µs from DRAM, so sparse inputs stop paying
-/// at about 160 bits per container when the dense ones would come from L3
-/// and at about 450 when they would come from DRAM (512 inputs: sparse 2.2x
-/// faster at 256, 1.5x at 384). 256 sits between the two, and keeps a
-/// sparse container at most 512 bytes, 1/16 of a dense one, on disk and on
-/// the wire.
+/// A union scatters each sparse value with a read-modify-write but streams a
+/// dense container in one pass, so sparse inputs stop paying after a few
+/// hundred bits per container; where exactly depends on whether the dense
+/// ones come from L3 or from DRAM (benches/README.md, "Engine constants").
+/// 256 sits between the two, and keeps a sparse container at most 512 bytes,
+/// 1/16 of a dense one, on disk and on the wire.
 pub const SPARSE_MAX: usize = 256;
 
 /// The most dense containers one part may hold on the wire, so that its words

@@ -29,7 +29,7 @@ use crate::bitfold_capnp::{Format as WireFormat, error, master, outcome, result,
 use crate::net::{self, Connection};
 use crate::wire;
 
-/// The form of a query's answer (SPEC §3).
+/// The form of a query's answer (docs/protocol.md §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// The dense little-endian `u64` words, trailing zero words trimmed.
@@ -51,7 +51,7 @@ pub enum Answer {
     Count(u64),
 }
 
-/// The kinds of error the master answers (SPEC §5).
+/// The kinds of error the master answers (docs/protocol.md §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
     /// The query message is malformed; the message gives the byte offset.

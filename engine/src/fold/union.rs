@@ -153,7 +153,7 @@ fn fill_by_inputs(fill: &UnionFill, inputs: &[VectorPart<'_>], out: &mut [u64]) 
 thread_local! {
     /// A buffer for a group's copy of a small output, kept between fills so
     /// that each fill does not fault in fresh pages for it (the kernel
-    /// zero-fills them; FINDINGS saw that dominate 128 KiB round trips).
+    /// zero-fills them, a cost that can dominate a small fold).
     static SPARE: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
 }
 

@@ -1,4 +1,4 @@
-//! Reading import input (SPEC §6): `pairs` text files and `<vid>.roaring` files.
+//! Reading import input (docs/protocol.md §6): `pairs` text files and `<vid>.roaring` files.
 //!
 //! An import is checked whole before anything is applied: [`validate`] reads
 //! every path and reports the first bad entry with its file and line number
@@ -41,7 +41,7 @@ use crate::vector::VectorBuf;
 pub use pairs::MAX_LINE;
 pub use roaring_files::MAX_ROARING_FILE;
 
-/// The import formats of SPEC §6.
+/// The import formats of docs/protocol.md §6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// Text, one set bit per line: `vid,bit` in decimal.

@@ -33,7 +33,7 @@ pub fn master(args: MasterArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `master-data` beside the cluster file (SPEC §6).
+/// `master-data` beside the cluster file (docs/protocol.md §6).
 fn default_master_dir(cluster_file: &Path) -> std::path::PathBuf {
     cluster_file
         .parent()
