@@ -142,7 +142,12 @@ fn an_absent_master_is_a_clear_error() {
     assert_fails_with(
         &bitfold(&["query", "--master", "nonsense", "P:1"]),
         5,
-        "cannot reach the master at nonsense: invalid socket address (start it with `bitfold up`)",
+        "cannot reach the master at nonsense: invalid socket address (give it as HOST:PORT)",
+    );
+    assert_fails_with(
+        &bitfold(&["query", "--master", "127.0.0.1:99999", "P:1"]),
+        5,
+        "cannot reach the master at 127.0.0.1:99999: invalid port value (give it as HOST:PORT)",
     );
 }
 

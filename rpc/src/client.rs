@@ -116,11 +116,11 @@ pub enum Error {
         failed_machines: Vec<String>,
     },
     /// The master could not be reached.
-    #[error("cannot reach the master at {addr}: {reason} (start it with `bitfold up`)")]
+    #[error("cannot reach the master at {addr}: {reason}")]
     Connect {
         /// The master's address.
         addr: String,
-        /// Why (connection refused, no answer in time, ...).
+        /// Why (connection refused, no answer in time, ...) and what to do.
         reason: String,
     },
     /// The master's answer made no sense (a version mismatch or a bug).
@@ -129,6 +129,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// A master that did not answer at `addr`: the fix is to start it.
+    fn unreachable(addr: &str, why: impl fmt::Display) -> Error {
+        Error::Connect {
+            addr: addr.to_owned(),
+            reason: format!("{why} (start it with `bitfold up`)"),
+        }
+    }
+
     pub(crate) fn read(reader: error::Reader<'_>) -> Error {
         let text = |t: capnp::Result<capnp::text::Reader<'_>>| {
             t.ok()
@@ -227,9 +235,8 @@ impl Client {
         let thread = thread::Builder::new()
             .name(format!("bitfold-client {addr}"))
             .spawn(move || serve_calls(owned, inbox, ready))
-            .map_err(|e| Error::Connect {
-                addr: addr.to_owned(),
-                reason: format!("cannot start the client thread: {e}"),
+            .map_err(|e| {
+                Error::unreachable(addr, format!("cannot start the client thread: {e}"))
             })?;
         let mut client = Client {
             calls: Some(calls),
@@ -241,10 +248,7 @@ impl Client {
             Ok(Err(err)) => Err(err),
             Err(_) => {
                 client.calls = None;
-                Err(Error::Connect {
-                    addr: addr.to_owned(),
-                    reason: "the client thread stopped".into(),
-                })
+                Err(Error::unreachable(addr, "the client thread stopped"))
             }
         }
     }
@@ -384,6 +388,13 @@ impl Link {
         let connect = tokio::time::timeout(Duration::from_secs(10), net::connect(&self.addr));
         let connection = match connect.await {
             Ok(Ok(connection)) => std::rc::Rc::new(connection),
+            // Not `HOST:PORT` (no port, a port above 65535): nothing to start.
+            Ok(Err(err)) if err.kind() == std::io::ErrorKind::InvalidInput => {
+                return Err(Error::Connect {
+                    addr: self.addr.clone(),
+                    reason: format!("{} (give it as HOST:PORT)", net::describe_io(&err)),
+                });
+            }
             Ok(Err(err)) => return Err(self.connect_error(net::describe_io(&err))),
             Err(_) => return Err(self.connect_error("no answer within 10 s".into())),
         };
@@ -392,10 +403,7 @@ impl Link {
     }
 
     fn connect_error(&self, reason: String) -> Error {
-        Error::Connect {
-            addr: self.addr.clone(),
-            reason,
-        }
+        Error::unreachable(&self.addr, reason)
     }
 
     /// A failed call: drop the connection so the next call reconnects.
