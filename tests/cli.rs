@@ -1,6 +1,7 @@
 //! The command line itself: import errors, status, exit codes, help.
 
 use std::fs;
+use std::process::Output;
 
 use crate::util::{Cluster, bitfold, stderr, stdout};
 
@@ -113,16 +114,95 @@ fn status_shows_up_and_down_slaves() {
     }
 }
 
+/// Asserts that `run` failed with exit code `code` and printed exactly one
+/// line on stderr, `error: {line}`.
+#[track_caller]
+fn assert_fails_with(run: &Output, code: i32, line: &str) {
+    assert_eq!(
+        (run.status.code(), stderr(run)),
+        (Some(code), format!("error: {line}\n"))
+    );
+}
+
 /// Without a master to talk to: a clear error naming the address, exit 5.
 #[test]
 fn an_absent_master_is_a_clear_error() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     drop(listener);
-    let run = bitfold(&["query", "--master", &addr, "P:1"]);
-    assert_eq!(run.status.code(), Some(5));
-    let err = stderr(&run);
-    assert!(err.starts_with("error: ") && err.contains(&addr), "{err}");
+    let unreachable = format!(
+        "cannot reach the master at {addr}: connection refused (start it with `bitfold up`)"
+    );
+    assert_fails_with(
+        &bitfold(&["query", "--master", &addr, "P:1"]),
+        5,
+        &unreachable,
+    );
+    assert_fails_with(&bitfold(&["status", "--master", &addr]), 5, &unreachable);
+    assert_fails_with(
+        &bitfold(&["query", "--master", "nonsense", "P:1"]),
+        5,
+        "cannot reach the master at nonsense: invalid socket address (give it as HOST:PORT)",
+    );
+    assert_fails_with(
+        &bitfold(&["query", "--master", "127.0.0.1:99999", "P:1"]),
+        5,
+        "cannot reach the master at 127.0.0.1:99999: invalid port value (give it as HOST:PORT)",
+    );
+}
+
+/// The common failures each print one exact line, every cause once, and
+/// exit with the code `bitfold --help` documents.
+#[test]
+fn common_failures_print_one_exact_line_and_their_exit_code() {
+    let mut cluster = Cluster::start(1, 1);
+    let dir = cluster.dir().to_path_buf();
+
+    let missing = dir.join("missing.csv");
+    assert_fails_with(
+        &cluster.cli(&["import", missing.to_str().unwrap()]),
+        1,
+        &format!(
+            "{}: cannot read: No such file or directory (os error 2)",
+            missing.display()
+        ),
+    );
+    let bad = dir.join("bad.csv");
+    fs::write(&bad, "1,2\nx,3\n").unwrap();
+    assert_fails_with(
+        &cluster.cli(&["import", bad.to_str().unwrap()]),
+        1,
+        &format!("{}:2: vid \"x\" is not a decimal number", bad.display()),
+    );
+    let roaring = dir.join("roaring");
+    fs::create_dir(&roaring).unwrap();
+    fs::write(roaring.join("abc.roaring"), b"").unwrap();
+    assert_fails_with(
+        &cluster.cli(&["import", roaring.to_str().unwrap()]),
+        1,
+        &format!(
+            "{}: the file name must be <vid>.roaring, but vid \"abc\" is not a decimal number",
+            roaring.join("abc.roaring").display()
+        ),
+    );
+
+    assert_fails_with(
+        &cluster.cli(&["query", "R:1-x"]),
+        3,
+        "bad query at byte 4: expected a digit after '-'",
+    );
+    assert_fails_with(&cluster.cli(&["query", "P:99"]), 4, "vector 99 not found");
+    assert_eq!(bitfold(&["query"]).status.code(), Some(2), "no query given");
+
+    let addr = cluster.master_addr();
+    cluster.master.take().expect("the master runs").kill();
+    assert_fails_with(
+        &bitfold(&["status", "--master", &addr]),
+        5,
+        &format!(
+            "cannot reach the master at {addr}: connection refused (start it with `bitfold up`)"
+        ),
+    );
 }
 
 /// A bulk load straight into a store directory: all of a good file, none

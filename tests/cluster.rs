@@ -193,7 +193,7 @@ fn importing_twice_changes_nothing() {
     assert_answer(&client, "R:0-39&20-25", &first.range(&[(0, 39), (20, 25)]));
 }
 
-/// Every malformed message of SPEC §2: `badQuery` with the offset, exit code 3
+/// Every malformed message of docs/protocol.md §2: `badQuery` with the offset, exit code 3
 /// from the CLI, and the cluster keeps answering.
 #[test]
 fn malformed_queries_are_refused_with_their_offset() {

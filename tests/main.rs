@@ -2,6 +2,7 @@
 //! driven through the CLI and the client library, every answer checked
 //! against a local oracle. One test binary (see README.md beside this file).
 
+mod oracle;
 mod util;
 
 mod bench;

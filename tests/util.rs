@@ -2,7 +2,7 @@
 //! `bitfold master` processes on free loopback ports, stopped when the test
 //! ends (whether it passes or not), and a local oracle to check answers.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -11,6 +11,8 @@ use std::thread;
 use std::time::Duration;
 
 use bitfold_rpc::client::{Answer, Client, Format};
+
+pub use crate::oracle::Oracle;
 
 /// How long a process may take to print its readiness line.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -259,39 +261,8 @@ impl Cluster {
     }
 }
 
-/// The expected state of the index: vid → set bits.
-#[derive(Debug, Default, Clone)]
-pub struct Oracle {
-    /// Every vector imported so far.
-    pub vectors: BTreeMap<u64, BTreeSet<u32>>,
-}
-
+/// What only the process-level tests need of the oracle: query text and input files.
 impl Oracle {
-    /// Records an import of `bits` into `vid` (union, as the system does).
-    pub fn add(&mut self, vid: u64, bits: impl IntoIterator<Item = u32>) {
-        let bits: BTreeSet<u32> = bits.into_iter().collect();
-        if !bits.is_empty() {
-            self.vectors.entry(vid).or_default().extend(bits);
-        }
-    }
-
-    /// The answer to `R:` with the given inclusive terms.
-    pub fn range(&self, terms: &[(u64, u64)]) -> BTreeSet<u32> {
-        let mut result: Option<BTreeSet<u32>> = None;
-        for &(first, last) in terms {
-            let union: BTreeSet<u32> = self
-                .vectors
-                .range(first..=last)
-                .flat_map(|(_, bits)| bits.iter().copied())
-                .collect();
-            result = Some(match result {
-                None => union,
-                Some(acc) => acc.intersection(&union).copied().collect(),
-            });
-        }
-        result.unwrap_or_default()
-    }
-
     /// The text of `R:` with the given terms.
     pub fn range_query(terms: &[(u64, u64)]) -> String {
         let terms: Vec<String> = terms

@@ -30,14 +30,12 @@ pub const CONTAINER_WORDS: usize = CONTAINER_BITS / 64;
 
 /// The most bits a builder keeps in a sparse container; a fuller one is made dense.
 ///
-/// Measured (`benches/`, groups "sparse or dense", three runs): a union
-/// scatters a sparse value in about 1 ns and streams a dense container in
-/// 0.2 µs from L3 or 0.4 to 0.6 µs from DRAM, so sparse inputs stop paying
-/// at about 160 bits per container when the dense ones would come from L3
-/// and at about 450 when they would come from DRAM (512 inputs: sparse 2.2x
-/// faster at 256, 1.5x at 384). 256 sits between the two, and keeps a
-/// sparse container at most 512 bytes, 1/16 of a dense one, on disk and on
-/// the wire.
+/// A union scatters each sparse value with a read-modify-write but streams a
+/// dense container in one pass, so sparse inputs stop paying after a few
+/// hundred bits per container; where exactly depends on whether the dense
+/// ones come from L3 or from DRAM (benches/README.md, "Engine constants").
+/// 256 sits between the two, and keeps a sparse container at most 512 bytes,
+/// 1/16 of a dense one, on disk and on the wire.
 pub const SPARSE_MAX: usize = 256;
 
 /// The most dense containers one part may hold on the wire, so that its words
@@ -255,6 +253,21 @@ impl<'a> VectorPart<'a> {
         self.sparse_values
     }
 
+    /// Where the `i`-th sparse container's positions start in
+    /// [`VectorPart::sparse_values`]; `i` = the number of sparse containers
+    /// gives the end of the last one.
+    pub fn sparse_start(&self, i: usize) -> usize {
+        match i.checked_sub(1) {
+            None => 0,
+            Some(before) => self.sparse_ends[before] as usize,
+        }
+    }
+
+    /// The positions of the `i`-th sparse container (in key order).
+    pub fn sparse_container(&self, i: usize) -> &'a [u16] {
+        &self.sparse_values[self.sparse_start(i)..self.sparse_start(i + 1)]
+    }
+
     /// Number of containers, dense and sparse.
     pub fn container_count(&self) -> usize {
         self.dense_keys.len() + self.sparse_keys.len()
@@ -273,11 +286,11 @@ impl<'a> VectorPart<'a> {
 
     /// The sparse containers with their keys, ascending.
     pub fn sparse_containers(&self) -> impl ExactSizeIterator<Item = (u16, &'a [u16])> + 'a {
-        let (ends, values) = (self.sparse_ends, self.sparse_values);
-        self.sparse_keys.iter().enumerate().map(move |(i, &key)| {
-            let start = if i == 0 { 0 } else { ends[i - 1] as usize };
-            (key, &values[start..ends[i] as usize])
-        })
+        let part = *self;
+        self.sparse_keys
+            .iter()
+            .enumerate()
+            .map(move |(i, &key)| (key, part.sparse_container(i)))
     }
 
     /// Every container with its key, ascending by key.
@@ -295,14 +308,7 @@ impl<'a> VectorPart<'a> {
             return Some(ContainerRef::Dense(dense_at(self.dense_words, i)));
         }
         let i = self.sparse_keys.binary_search(&key).ok()?;
-        let start = if i == 0 {
-            0
-        } else {
-            self.sparse_ends[i - 1] as usize
-        };
-        Some(ContainerRef::Sparse(
-            &self.sparse_values[start..self.sparse_ends[i] as usize],
-        ))
+        Some(ContainerRef::Sparse(self.sparse_container(i)))
     }
 
     /// Whether bit `bit` is set.
@@ -425,10 +431,10 @@ impl<'a> Iterator for Containers<'a> {
         } else {
             let i = self.sparse;
             self.sparse += 1;
-            let ends = self.part.sparse_ends;
-            let start = if i == 0 { 0 } else { ends[i - 1] as usize };
-            let values = &self.part.sparse_values[start..ends[i] as usize];
-            Some((self.part.sparse_keys[i], ContainerRef::Sparse(values)))
+            Some((
+                self.part.sparse_keys[i],
+                ContainerRef::Sparse(self.part.sparse_container(i)),
+            ))
         }
     }
 

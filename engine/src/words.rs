@@ -1,4 +1,4 @@
-//! The dense `words` form of a vector (SPEC §3): little-endian `u64` words,
+//! The dense `words` form of a vector (docs/protocol.md §3): little-endian `u64` words,
 //! bit `b` in bit `b % 64` of word `b / 64`, trailing zero words trimmed, so
 //! the empty vector is zero words.
 //!

@@ -29,7 +29,7 @@ use crate::bitfold_capnp::{Format as WireFormat, error, master, outcome, result,
 use crate::net::{self, Connection};
 use crate::wire;
 
-/// The form of a query's answer (SPEC §3).
+/// The form of a query's answer (docs/protocol.md §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// The dense little-endian `u64` words, trailing zero words trimmed.
@@ -51,7 +51,7 @@ pub enum Answer {
     Count(u64),
 }
 
-/// The kinds of error the master answers (SPEC §5).
+/// The kinds of error the master answers (docs/protocol.md §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
     /// The query message is malformed; the message gives the byte offset.
@@ -116,11 +116,11 @@ pub enum Error {
         failed_machines: Vec<String>,
     },
     /// The master could not be reached.
-    #[error("cannot reach the master at {addr}: {reason} (start it with `bitfold up`)")]
+    #[error("cannot reach the master at {addr}: {reason}")]
     Connect {
         /// The master's address.
         addr: String,
-        /// Why (connection refused, no answer in time, ...).
+        /// Why (connection refused, no answer in time, ...) and what to do.
         reason: String,
     },
     /// The master's answer made no sense (a version mismatch or a bug).
@@ -129,6 +129,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// A master that did not answer at `addr`: the fix is to start it.
+    fn unreachable(addr: &str, why: impl fmt::Display) -> Error {
+        Error::Connect {
+            addr: addr.to_owned(),
+            reason: format!("{why} (start it with `bitfold up`)"),
+        }
+    }
+
     pub(crate) fn read(reader: error::Reader<'_>) -> Error {
         let text = |t: capnp::Result<capnp::text::Reader<'_>>| {
             t.ok()
@@ -231,9 +239,8 @@ impl Client {
         let thread = thread::Builder::new()
             .name(format!("bitfold-client {addr}"))
             .spawn(move || serve_calls(owned, inbox, ready))
-            .map_err(|e| Error::Connect {
-                addr: addr.to_owned(),
-                reason: format!("cannot start the client thread: {e}"),
+            .map_err(|e| {
+                Error::unreachable(addr, format!("cannot start the client thread: {e}"))
             })?;
         let mut client = Client {
             calls: Some(calls),
@@ -245,10 +252,7 @@ impl Client {
             Ok(Err(err)) => Err(err),
             Err(_) => {
                 client.calls = None;
-                Err(Error::Connect {
-                    addr: addr.to_owned(),
-                    reason: "the client thread stopped".into(),
-                })
+                Err(Error::unreachable(addr, "the client thread stopped"))
             }
         }
     }
@@ -391,6 +395,13 @@ impl Link {
         );
         let connection = match connect.await {
             Ok(Ok(connection)) => std::rc::Rc::new(connection),
+            // Not `HOST:PORT` (no port, a port above 65535): nothing to start.
+            Ok(Err(err)) if err.kind() == std::io::ErrorKind::InvalidInput => {
+                return Err(Error::Connect {
+                    addr: self.addr.clone(),
+                    reason: format!("{} (give it as HOST:PORT)", net::describe_io(&err)),
+                });
+            }
             Ok(Err(err)) => return Err(self.connect_error(net::describe_io(&err))),
             Err(_) => return Err(self.connect_error("no answer within 10 s".into())),
         };
@@ -399,10 +410,7 @@ impl Link {
     }
 
     fn connect_error(&self, reason: String) -> Error {
-        Error::Connect {
-            addr: self.addr.clone(),
-            reason,
-        }
+        Error::unreachable(&self.addr, reason)
     }
 
     /// A failed call: drop the connection so the next call reconnects.

@@ -41,18 +41,22 @@ mod wire;
 pub use net::MAX_MESSAGE_WORDS;
 
 /// Why a master or slave could not start or stopped serving.
+///
+/// Each message carries its cause's text, and no variant returns a cause
+/// from `source()` (the wrapping variants are transparent), so a caller that
+/// prints the chain prints each cause once.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The listen address could not be bound.
-    #[error("cannot listen on {addr}: {source} (is another server using that port?)")]
+    #[error("cannot listen on {addr}: {cause} (is another server using that port?)")]
     Bind {
         /// The address asked for.
         addr: String,
-        /// The underlying error.
-        source: std::io::Error,
+        /// The underlying error (part of the message, not a `source()`).
+        cause: std::io::Error,
     },
     /// The runtime or a socket failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     /// The cluster configuration is not usable.
     #[error("invalid cluster configuration: {0}")]

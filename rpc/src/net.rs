@@ -54,9 +54,9 @@ pub(crate) fn block_on_local<F: Future>(main: F) -> std::io::Result<F::Output> {
 pub(crate) async fn bind(listen: &str) -> Result<TcpListener, crate::Error> {
     TcpListener::bind(listen)
         .await
-        .map_err(|source| crate::Error::Bind {
+        .map_err(|cause| crate::Error::Bind {
             addr: listen.to_owned(),
-            source,
+            cause,
         })
 }
 

@@ -115,11 +115,10 @@ impl<'t, 'a> Cursor<'t, 'a> {
         if sparse_keys.get(self.sparse) != Some(&key) {
             return None;
         }
-        let ends = part.sparse_ends();
-        let i = self.sparse;
-        let start = if i == 0 { 0 } else { ends[i - 1] as usize };
-        let values = &part.sparse_values()[start..ends[i] as usize];
-        Some((ContainerRef::Sparse(values), DenseLoc::default()))
+        Some((
+            ContainerRef::Sparse(part.sparse_container(self.sparse)),
+            DenseLoc::default(),
+        ))
     }
 }
 

@@ -24,16 +24,16 @@ pub use union::UnionPlan;
 use crate::vector::{CONTAINER_WORDS, PART_MAX_DENSE, VectorBuf, VectorPart};
 
 /// Output words a fill works on at a time (64 KiB): big enough that each
-/// input streams through the hardware prefetcher (FINDINGS: 4 KiB pieces
-/// interleaved across many vectors fall to half speed from DRAM), small
-/// enough to keep the output chunk in L2 while all inputs are folded into it.
+/// input streams through the hardware prefetcher (short pieces interleaved
+/// across many vectors read far slower from DRAM), small enough to keep the
+/// output chunk in L2 while all inputs are folded into it. The measurements
+/// are in benches/README.md, "Engine constants".
 const CHUNK_WORDS: usize = 8 * CONTAINER_WORDS;
 
 /// A fold is split across cores when it moves more than this many words
-/// (32 MiB, the size of L3 here), input and output together. Measured on
-/// this shared 2-core machine (benches/README.md): from DRAM (512 inputs,
-/// 64 MiB) a second thread made the union 1.6x faster; from L3 (64 and 128
-/// inputs, 8 and 16 MiB) waking it and merging cost more than it saved.
+/// (32 MiB), input and output together: a second thread pays off for folds
+/// read from DRAM, while for folds that fit in L3 waking it and merging cost
+/// more than it saves (benches/README.md, "Engine constants").
 const PARALLEL_WORDS: usize = 4 << 20;
 
 /// Whether a fold moving `words` words should use more than one core.

@@ -153,7 +153,7 @@ fn fill_by_inputs(fill: &UnionFill, inputs: &[VectorPart<'_>], out: &mut [u64]) 
 thread_local! {
     /// A buffer for a group's copy of a small output, kept between fills so
     /// that each fill does not fault in fresh pages for it (the kernel
-    /// zero-fills them; FINDINGS saw that dominate 128 KiB round trips).
+    /// zero-fills them, a cost that can dominate a small fold).
     static SPARE: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
 }
 
@@ -236,10 +236,7 @@ fn fill_range(
         let end_slot = (c1 / CONTAINER_WORDS) as u32;
         while let Some(scatter) = scatters.get(next_scatter).filter(|s| s.slot < end_slot) {
             let input = &inputs[scatter.input as usize];
-            let c = scatter.container as usize;
-            let ends = input.sparse_ends();
-            let start = if c == 0 { 0 } else { ends[c - 1] as usize };
-            let values = &input.sparse_values()[start..ends[c] as usize];
+            let values = input.sparse_container(scatter.container as usize);
             let at = scatter.slot as usize * CONTAINER_WORDS - c0;
             let container = (&mut chunk[at..at + CONTAINER_WORDS])
                 .try_into()

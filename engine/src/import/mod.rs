@@ -1,4 +1,4 @@
-//! Reading import input (SPEC §6): `pairs` text files and `<vid>.roaring` files.
+//! Reading import input (docs/protocol.md §6): `pairs` text files and `<vid>.roaring` files.
 //!
 //! An import is checked whole before anything is applied: [`validate`] reads
 //! every path and reports the first bad entry with its file and line number
@@ -41,7 +41,7 @@ use crate::vector::VectorBuf;
 pub use pairs::MAX_LINE;
 pub use roaring_files::MAX_ROARING_FILE;
 
-/// The import formats of SPEC §6.
+/// The import formats of docs/protocol.md §6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// Text, one set bit per line: `vid,bit` in decimal.
@@ -216,15 +216,9 @@ impl fmt::Display for ImportError {
     }
 }
 
-impl std::error::Error for ImportError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.problem {
-            Problem::Io(e) => Some(e),
-            Problem::InvalidRoaring(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// The message carries the cause's text (the I/O error, the roaring
+/// decoder's complaint), so there is no `source()`: each cause is printed once.
+impl std::error::Error for ImportError {}
 
 impl ImportError {
     fn file(path: &Path, problem: Problem) -> ImportError {

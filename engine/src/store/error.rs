@@ -1,4 +1,8 @@
 //! What can go wrong in a store, each error naming the file and the fix.
+//!
+//! A message carries the text of its cause (the operating system's error,
+//! the failed compaction), so no variant returns a cause from `source()`:
+//! whoever prints the chain prints each cause once.
 
 use std::io;
 use std::path::PathBuf;
@@ -7,15 +11,14 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// A file operation failed (disk full, permissions, a vanished directory).
-    #[error("cannot {action} {}: {source}", path.display())]
+    #[error("cannot {action} {}: {cause}", path.display())]
     Io {
         /// What was being done ("create", "write", "sync", ...).
         action: &'static str,
         /// The file or directory.
         path: PathBuf,
-        /// The operating system's error.
-        #[source]
-        source: io::Error,
+        /// The operating system's error (part of the message, not a `source()`).
+        cause: io::Error,
     },
     /// A data file failed a check: truncated, checksum mismatch, bad structure.
     #[error(
@@ -69,15 +72,15 @@ pub enum StoreError {
     },
     /// Merging segments after an import failed; the imported batch itself is durable.
     #[error("the batch was stored durably, but merging segments afterwards failed: {0}")]
-    Compaction(#[source] Box<StoreError>),
+    Compaction(Box<StoreError>),
 }
 
 impl StoreError {
-    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, cause: io::Error) -> Self {
         StoreError::Io {
             action,
             path: path.into(),
-            source,
+            cause,
         }
     }
 

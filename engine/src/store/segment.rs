@@ -152,7 +152,7 @@ impl Segment {
         let name = segment_name(id);
         let path = dir.path(&name);
         let bytes = match dir.read(&name) {
-            Err(StoreError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            Err(StoreError::Io { cause, .. }) if cause.kind() == io::ErrorKind::NotFound => {
                 return Err(StoreError::Missing {
                     path,
                     reason: "the manifest names it as holding vectors".into(),
@@ -549,9 +549,7 @@ fn window(part: &VectorPart<'_>, cursor: (usize, usize), end: u32) -> WindowRang
         |keys: &[u16], from: usize| from + keys[from..].partition_point(|&k| u32::from(k) < end);
     let dense = cursor.0..below(part.dense_keys(), cursor.0);
     let sparse = cursor.1..below(part.sparse_keys(), cursor.1);
-    let ends = part.sparse_ends();
-    let value_at = |i: usize| if i == 0 { 0 } else { ends[i - 1] as usize };
-    let values = value_at(sparse.start)..value_at(sparse.end);
+    let values = part.sparse_start(sparse.start)..part.sparse_start(sparse.end);
     WindowRange {
         dense,
         sparse,
