@@ -1,6 +1,6 @@
 # bitfold's wire protocol.
 #
-# The first part is the DBMS interface (SPEC §5): its names, ordinals and
+# The first part is the DBMS interface (docs/protocol.md §5): its names, ordinals and
 # types are fixed; a DBMS in any language needs this file and nothing else.
 # Everything after it (more `Master` methods, the `Slave` interface and the
 # structures they use) is bitfold's own and may change between versions.
@@ -87,20 +87,20 @@ struct Machine {
 }
 
 struct MachineVecNode {
-  # The seed's machine_vec_node: vector `vid` held by `machines[machine]`.
+  # machine_vec_node (docs/protocol.md §4): vector `vid` held by `machines[machine]`.
   machine @0 :UInt32;
   vid @1 :UInt64;
 }
 
 struct FailedMachine {
-  # The seed's failed_machine: a machine that did not answer, and why.
+  # failed_machine (docs/protocol.md §4): a machine that did not answer, and why.
   name @0 :Text;
   addr @1 :Text;
   reason @2 :Text;
 }
 
 struct QueryReturnValue {
-  # The seed's query_return_value: the chain's vector, or the machine that failed.
+  # query_return_value (docs/protocol.md §4): the chain's vector, or the machine that failed.
   union {
     vector @0 :List(Part);
     failedMachine @1 :FailedMachine;
@@ -119,7 +119,7 @@ struct CoordinateResult {
 
 enum PlanKind {
   # How a coordinator gathers each term's vector.
-  chain @0;   # one handler chain per term, machine to machine (the seed's plan)
+  chain @0;   # one handler chain per term, machine to machine (the design document's plan)
   fanOut @1;  # each machine ORs its vids of every term and answers the coordinator
 }
 

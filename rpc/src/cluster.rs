@@ -3,6 +3,7 @@
 //!
 //! ```toml
 //! replicas = 2                 # copies of every vector; default 1
+//! group = 16                   # consecutive vids placed together; default 1
 //! [[slaves]]
 //! name = "s0"
 //! addr = "127.0.0.1:7101"
@@ -16,6 +17,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::placement::Placement;
+
 /// The slaves of a cluster, in file order (the order placement uses).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -23,12 +26,23 @@ pub struct ClusterConfig {
     /// Copies of every vector, on consecutive slaves (default 1).
     #[serde(default = "one")]
     pub replicas: usize,
+    /// Consecutive vids that share their owners (a power of two; default
+    /// [`DEFAULT_GROUP`]).
+    #[serde(default = "default_group")]
+    pub group: u64,
     /// The slaves; adding one at the end moves the fewest vectors.
     pub slaves: Vec<SlaveEntry>,
 }
 
+/// The default `group`: see `docs/protocol.md` §4 for how it was chosen.
+pub const DEFAULT_GROUP: u64 = 1;
+
 fn one() -> usize {
     1
+}
+
+fn default_group() -> u64 {
+    DEFAULT_GROUP
 }
 
 /// One slave of the cluster.
@@ -114,6 +128,12 @@ impl ClusterConfig {
                 ));
             }
         }
+        if !self.group.is_power_of_two() {
+            return Err(format!(
+                "group = {}: it must be a power of two (1 places every vid on its own)",
+                self.group
+            ));
+        }
         if self.replicas == 0 || self.replicas > self.slaves.len() {
             return Err(format!(
                 "replicas = {} but there are {} slaves: replicas must be between 1 and the number of slaves",
@@ -122,6 +142,15 @@ impl ClusterConfig {
             ));
         }
         Ok(())
+    }
+
+    /// How this cluster places vids.
+    pub fn placement(&self) -> Placement {
+        Placement {
+            slaves: self.slaves.len(),
+            replicas: self.replicas,
+            group: self.group,
+        }
     }
 
     /// The cluster file text for this configuration.

@@ -74,6 +74,54 @@ pub fn owners(vid: u64, slaves: usize, replicas: usize) -> Vec<usize> {
     (0..replicas).map(|i| (first + i) % slaves).collect()
 }
 
+/// How a cluster places vids: `slaves` slaves in cluster-file order,
+/// `replicas` copies of every vector, and `group` consecutive vids (an
+/// aligned block, `group` a power of two) sharing their owners, so that a
+/// range of vids visits fewer machines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// Slaves in the cluster.
+    pub slaves: usize,
+    /// Copies of every vector.
+    pub replicas: usize,
+    /// Consecutive vids placed together (a power of two; 1 places each vid on its own).
+    pub group: u64,
+}
+
+/// Vids in a block whose reads the master sends to one replica set (see
+/// [`Placement::reader`]).
+pub const READ_BLOCK: u64 = 256;
+
+impl Placement {
+    /// The owners of `vid`, primary first: `owners(vid / group, ..)`.
+    ///
+    /// # Panics
+    ///
+    /// If `slaves` is zero, `replicas` is not in `1..=slaves`, or `group` is zero.
+    pub fn owners(&self, vid: u64) -> Vec<usize> {
+        owners(vid / self.group, self.slaves, self.replicas)
+    }
+
+    /// The owner a query reads `vid` from, among those `up` says are live;
+    /// `None` when none is.
+    ///
+    /// A slave can answer a block of vids with one stored aggregate only
+    /// when it is asked for every vid of the block that it holds. So every
+    /// vid of one [`READ_BLOCK`]-aligned block is read from owners of one
+    /// replica class (index modulo `replicas`), the class turning from
+    /// block to block so that every slave gets its share of the reads; a
+    /// down owner is replaced by the next live one.
+    pub fn reader(&self, vid: u64, up: impl Fn(usize) -> bool) -> Option<usize> {
+        let owners = self.owners(vid);
+        let class = ((vid / READ_BLOCK) % self.replicas as u64) as usize;
+        owners
+            .iter()
+            .copied()
+            .find(|&o| o % self.replicas == class && up(o))
+            .or_else(|| owners.iter().copied().find(|&o| up(o)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,5 +192,48 @@ mod tests {
             assert_eq!(owners(vid, 4, 1), vec![o[0]]);
         }
         assert_eq!(owners(5, 1, 1), vec![0]);
+    }
+
+    #[test]
+    fn a_group_of_consecutive_vids_shares_its_owners() {
+        let placement = Placement {
+            slaves: 5,
+            replicas: 2,
+            group: 16,
+        };
+        for vid in [0, 17, 4_000, u64::MAX - 20] {
+            let first = vid - vid % 16;
+            assert_eq!(placement.owners(vid), placement.owners(first));
+            assert_eq!(placement.owners(vid), owners(vid / 16, 5, 2));
+        }
+        let machines: std::collections::BTreeSet<usize> =
+            (0..1_600).map(|v| placement.owners(v)[0]).collect();
+        assert_eq!(machines.len(), 5, "groups still spread over every slave");
+    }
+
+    #[test]
+    fn a_block_is_read_from_one_replica_class_while_its_owners_are_up() {
+        let placement = Placement {
+            slaves: 4,
+            replicas: 2,
+            group: 1,
+        };
+        for block in 0..8u64 {
+            let vids = block * READ_BLOCK..(block + 1) * READ_BLOCK;
+            let readers: Vec<usize> = vids
+                .clone()
+                .map(|v| placement.reader(v, |_| true).unwrap())
+                .collect();
+            // With 4 slaves in pairs (j, j+1), one class holds one of each pair.
+            assert!(
+                readers.iter().all(|r| r % 2 == (block % 2) as usize),
+                "{readers:?}"
+            );
+            for v in vids {
+                let reader = placement.reader(v, |s| s != 0).unwrap();
+                assert!(placement.owners(v).contains(&reader) && reader != 0);
+            }
+        }
+        assert_eq!(placement.reader(3, |_| false), None);
     }
 }

@@ -22,7 +22,6 @@ use crate::bitfold_capnp::{
 use crate::budget::{Budget, hops, micros};
 use crate::client::ErrorKind;
 use crate::net;
-use crate::placement;
 use crate::query::{self, Query};
 use crate::slave::handler::FailedMachine;
 
@@ -103,11 +102,7 @@ impl Master {
                 format!("vector {vid} not found"),
             ));
         }
-        let owners = placement::owners(
-            vid,
-            self.options.cluster.slaves.len(),
-            self.options.cluster.replicas,
-        );
+        let owners = self.options.cluster.placement().owners(vid);
         self.with_retries(budget, |time| self.point_attempt(vid, &owners, count, time))
             .await
     }
@@ -123,8 +118,7 @@ impl Master {
         let plan = {
             let states = self.slaves.borrow();
             let shape = PlanShape {
-                slaves,
-                replicas: self.options.cluster.replicas,
+                placement: self.options.cluster.placement(),
                 most: self.options.max_query_vectors,
             };
             plan::plan(terms, &self.catalog.borrow(), shape, |i| states[i].up)

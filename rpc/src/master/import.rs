@@ -8,7 +8,6 @@ use super::reply::Failure;
 use crate::bitfold_capnp::{outcome, vid_vector};
 use crate::catalog::Catalog;
 use crate::client::ErrorKind;
-use crate::placement;
 use crate::wire;
 
 impl Master {
@@ -34,7 +33,7 @@ impl Master {
                 continue;
             }
             vids.push(vid);
-            for owner in placement::owners(vid, slaves, self.options.cluster.replicas) {
+            for owner in self.options.cluster.placement().owners(vid) {
                 by_owner[owner].push(i as u32);
             }
         }

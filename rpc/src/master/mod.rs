@@ -16,6 +16,7 @@ mod import;
 mod options;
 mod plan;
 mod probe;
+mod recorded;
 mod reply;
 mod slaves;
 
@@ -53,6 +54,12 @@ pub fn run_until(
         return Err(crate::Error::Config("attempts must be at least 1".into()));
     }
     let catalog = Catalog::open(&options.data_dir).map_err(crate::Error::Catalog)?;
+    recorded::check_group(
+        &options.data_dir,
+        options.cluster.group,
+        !catalog.is_empty(),
+    )
+    .map_err(crate::Error::Config)?;
     net::block_on_local(async move {
         let listener = net::bind(&options.listen).await?;
         let addr = net::local_addr(&listener)?;

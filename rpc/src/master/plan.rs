@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use crate::bitfold_capnp::PlanKind;
 use crate::catalog::Catalog;
-use crate::placement;
+use crate::placement::Placement;
 use crate::query::Term;
 
 /// How the master picks a query's coordinator among the live slaves.
@@ -153,10 +153,8 @@ pub(crate) enum Plan {
 /// What a plan depends on besides the terms, the catalog and who is up.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PlanShape {
-    /// Slaves in the cluster.
-    pub(crate) slaves: usize,
-    /// Copies of each vector.
-    pub(crate) replicas: usize,
+    /// How vids are placed.
+    pub(crate) placement: Placement,
     /// The most existing vectors a query's terms may hold in all (the
     /// chains must fit one message).
     pub(crate) most: usize,
@@ -185,21 +183,17 @@ pub(crate) fn plan(
             return Plan::TooMany { most: shape.most };
         }
     }
-    let PlanShape {
-        slaves, replicas, ..
-    } = shape;
     let mut chains = Vec::with_capacity(terms.len());
     let mut orphans = 0;
     let mut down = Vec::new();
     for term in terms {
         let mut chain = Chain::new();
         for vid in catalog.range(term.first, term.last) {
-            let owners = placement::owners(vid, slaves, replicas);
-            match owners.iter().find(|&&o| up(o)) {
-                Some(&owner) => chain.push((owner as u32, vid)),
+            match shape.placement.reader(vid, &up) {
+                Some(owner) => chain.push((owner as u32, vid)),
                 None => {
                     orphans += 1;
-                    down.extend(owners);
+                    down.extend(shape.placement.owners(vid));
                 }
             }
         }
@@ -289,8 +283,11 @@ mod tests {
 
     fn shape(slaves: usize, replicas: usize) -> PlanShape {
         PlanShape {
-            slaves,
-            replicas,
+            placement: Placement {
+                slaves,
+                replicas,
+                group: 1,
+            },
             most: 1000,
         }
     }
@@ -312,7 +309,7 @@ mod tests {
         for chain in &chains {
             assert!(chain.windows(2).all(|w| w[0] <= w[1]));
             for &(machine, vid) in chain {
-                assert_eq!(machine as usize, placement::primary(vid, 4));
+                assert_eq!(machine as usize, crate::placement::primary(vid, 4));
             }
         }
     }
@@ -341,7 +338,7 @@ mod tests {
             Plan::NoOwner { vectors, down } => {
                 let on_1 = vids
                     .iter()
-                    .filter(|&&v| placement::primary(v, 3) == 1)
+                    .filter(|&&v| crate::placement::primary(v, 3) == 1)
                     .count();
                 assert_eq!((vectors, down), (on_1, vec![1]));
             }

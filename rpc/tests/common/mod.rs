@@ -155,6 +155,7 @@ impl TestCluster {
             addrs.push(addr);
         }
         let config = ClusterConfig {
+            group: 1,
             replicas,
             slaves: addrs
                 .iter()

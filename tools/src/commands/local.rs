@@ -86,6 +86,7 @@ impl LocalCluster {
             });
         }
         let cluster = ClusterConfig {
+            group: bitfold_rpc::cluster::DEFAULT_GROUP,
             replicas: cluster.replicas,
             slaves: bound,
         };
@@ -131,7 +132,11 @@ pub fn numbered_cluster(
             })
         })
         .collect::<anyhow::Result<_>>()?;
-    Ok(ClusterConfig { replicas, slaves })
+    Ok(ClusterConfig {
+        replicas,
+        group: bitfold_rpc::cluster::DEFAULT_GROUP,
+        slaves,
+    })
 }
 
 /// Runs `serve` on its own thread and waits until it reports the address it

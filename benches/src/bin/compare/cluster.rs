@@ -89,6 +89,7 @@ impl Cluster {
             });
         }
         let config = ClusterConfig {
+            group: bitfold_rpc::cluster::DEFAULT_GROUP,
             replicas: 1,
             slaves: entries,
         };
