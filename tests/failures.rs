@@ -22,6 +22,12 @@ const QUICK: &[&str] = &[
     "--attempts",
     "4",
 ];
+/// `args` and `--plan plan`: every scenario runs under both ways of
+/// gathering the term vectors (see the end of this file).
+fn with_plan<'a>(args: &[&'a str], plan: &'a str) -> Vec<&'a str> {
+    [args, &["--plan", plan]].concat()
+}
+
 /// The most any query may take with [`QUICK`]: its query timeout plus slack for a busy machine.
 const BOUND: Duration = Duration::from_secs(20);
 
@@ -182,17 +188,16 @@ fn describe(answer: &Answer) -> String {
     }
 }
 
-#[test]
-fn a_slave_killed_before_and_during_a_stream_changes_no_answer() {
+fn a_slave_killed_before_and_during_a_stream_changes_no_answer(plan: &str) {
     let workload = Workload::new(11);
     {
-        let mut cluster = Cluster::start_with(4, 2, QUICK);
+        let mut cluster = Cluster::start_with(4, 2, &with_plan(QUICK, plan));
         workload.import(&cluster);
         cluster.kill_slave(0);
         let tally = workload.stream(&cluster.master_addr(), 1, 2, || {});
         tally.assert_all_exact("replicas 2, s0 killed before");
     }
-    let mut cluster = Cluster::start_with(4, 2, QUICK);
+    let mut cluster = Cluster::start_with(4, 2, &with_plan(QUICK, plan));
     workload.import(&cluster);
     let addr = cluster.master_addr();
     let tally = workload.stream(&addr, 2, 6, || {
@@ -211,9 +216,8 @@ fn a_slave_killed_before_and_during_a_stream_changes_no_answer() {
     );
 }
 
-#[test]
-fn a_hung_slave_is_given_up_on_in_time_and_used_again_after() {
-    let mut cluster = Cluster::start_with(4, 2, QUICK);
+fn a_hung_slave_is_given_up_on_in_time_and_used_again_after(plan: &str) {
+    let mut cluster = Cluster::start_with(4, 2, &with_plan(QUICK, plan));
     let workload = Workload::new(12);
     workload.import(&cluster);
     let hung = 1;
@@ -233,9 +237,8 @@ fn a_hung_slave_is_given_up_on_in_time_and_used_again_after() {
 
 /// docs/protocol.md §4: with default settings every query is answered or failed within
 /// 30 s, even while a slave hangs with its connections open.
-#[test]
-fn with_default_settings_a_hung_slave_costs_less_than_30_seconds() {
-    let cluster = Cluster::start(4, 2);
+fn with_default_settings_a_hung_slave_costs_less_than_30_seconds(plan: &str) {
+    let cluster = Cluster::start_with(4, 2, &with_plan(&[], plan));
     let workload = Workload::new(18);
     workload.import(&cluster);
     cluster.slaves[3].as_ref().unwrap().signal(libc::SIGSTOP);
@@ -268,13 +271,16 @@ fn wait_until_up(cluster: &Cluster, slave: usize) {
     }
 }
 
-#[test]
-fn a_coordinator_killed_mid_query_does_not_change_the_answer() {
+fn a_coordinator_killed_mid_query_does_not_change_the_answer(plan: &str) {
     // Every vector's first owner is s0, so with `bandwidth` s0 coordinates
     // every query (it holds all of each query's data): two clients keep it
     // busy, and it is SIGKILLed with queries in flight.
     let victim = 0;
-    let mut cluster = Cluster::start_with(4, 2, &[QUICK, &["--policy", "bandwidth"]].concat());
+    let mut cluster = Cluster::start_with(
+        4,
+        2,
+        &with_plan(&[QUICK, &["--policy", "bandwidth"]].concat(), plan),
+    );
     let vids: Vec<u64> = (0..)
         .filter(|&v| placement::owners(v, 4, 2)[0] == victim)
         .take(48)
@@ -294,9 +300,8 @@ fn a_coordinator_killed_mid_query_does_not_change_the_answer() {
     );
 }
 
-#[test]
-fn with_one_copy_a_dead_slave_makes_its_vectors_unavailable_until_it_returns() {
-    let mut cluster = Cluster::start_with(4, 1, QUICK);
+fn with_one_copy_a_dead_slave_makes_its_vectors_unavailable_until_it_returns(plan: &str) {
+    let mut cluster = Cluster::start_with(4, 1, &with_plan(QUICK, plan));
     let workload = Workload::new(14);
     workload.import(&cluster);
     let dead = 2;
@@ -351,9 +356,8 @@ fn with_one_copy_a_dead_slave_makes_its_vectors_unavailable_until_it_returns() {
         .assert_all_exact("replicas 1, s2 restarted");
 }
 
-#[test]
-fn a_restarted_master_knows_every_vector_even_with_a_slave_down() {
-    let mut cluster = Cluster::start_with(4, 2, QUICK);
+fn a_restarted_master_knows_every_vector_even_with_a_slave_down(plan: &str) {
+    let mut cluster = Cluster::start_with(4, 2, &with_plan(QUICK, plan));
     let workload = Workload::new(15);
     workload.import(&cluster);
     cluster.restart_master();
@@ -367,9 +371,8 @@ fn a_restarted_master_knows_every_vector_even_with_a_slave_down() {
         .assert_all_exact("master restarted, s0 down");
 }
 
-#[test]
-fn acknowledged_imports_survive_sigkill_and_corrupt_files_are_refused() {
-    let mut cluster = Cluster::start_with(4, 2, QUICK);
+fn acknowledged_imports_survive_sigkill_and_corrupt_files_are_refused(plan: &str) {
+    let mut cluster = Cluster::start_with(4, 2, &with_plan(QUICK, plan));
     let workload = Workload::new(16);
     workload.import(&cluster);
     for slave in 0..4 {
@@ -416,3 +419,32 @@ fn biggest_file(dir: &std::path::Path) -> std::path::PathBuf {
         .max_by_key(|p| p.metadata().unwrap().len())
         .expect("the slave has data files")
 }
+
+/// Runs each scenario once per plan: the design document's chains, and the
+/// fan-out the master picks by default.
+macro_rules! under_every_plan {
+    ($($scenario:ident),* $(,)?) => {
+        mod chain {
+            $(#[test]
+            fn $scenario() {
+                super::$scenario("chain")
+            })*
+        }
+        mod fan_out {
+            $(#[test]
+            fn $scenario() {
+                super::$scenario("fan-out")
+            })*
+        }
+    };
+}
+
+under_every_plan!(
+    a_slave_killed_before_and_during_a_stream_changes_no_answer,
+    a_hung_slave_is_given_up_on_in_time_and_used_again_after,
+    with_default_settings_a_hung_slave_costs_less_than_30_seconds,
+    a_coordinator_killed_mid_query_does_not_change_the_answer,
+    with_one_copy_a_dead_slave_makes_its_vectors_unavailable_until_it_returns,
+    a_restarted_master_knows_every_vector_even_with_a_slave_down,
+    acknowledged_imports_survive_sigkill_and_corrupt_files_are_refused,
+);

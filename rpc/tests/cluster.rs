@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bitfold_engine::{VectorBuf, portable};
 use bitfold_rpc::client::{Answer, ErrorKind, Format};
+use bitfold_rpc::master::PlanChoice;
 use common::{Oracle, TestCluster, bits_of, check, import};
 
 /// Vectors of every shape: sparse, dense runs, vids near 2^64 - 1, a vid
@@ -575,10 +576,22 @@ fn a_slave_that_lost_its_vectors_is_never_read_as_empty() {
 
 #[test]
 fn random_queries_match_the_oracle() {
+    // Both plans, each with vids placed one by one and in groups of 16.
+    for plan in [PlanChoice::Chain, PlanChoice::FanOut] {
+        for group in [1, 16] {
+            random_queries_match_the_oracle_under(plan, group);
+        }
+    }
+}
+
+fn random_queries_match_the_oracle_under(plan: PlanChoice, group: u64) {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
-    let cluster = TestCluster::start(4, 2);
+    let cluster = TestCluster::start_with(4, 2, |o| {
+        o.plan = plan;
+        o.cluster.group = group;
+    });
     let client = cluster.client();
     let mut oracle = Oracle::default();
     let mut rng = StdRng::seed_from_u64(7);
@@ -607,5 +620,8 @@ fn random_queries_match_the_oracle() {
         non_empty += usize::from(!expected.is_empty());
         check(&client, &format!("R:{}", text.join("&")), &expected);
     }
-    assert!(non_empty >= 10, "only {non_empty} answers hold bits");
+    assert!(
+        non_empty >= 10,
+        "{plan:?}, group {group}: only {non_empty} answers hold bits"
+    );
 }
