@@ -1,4 +1,5 @@
-//! `bitfold status`: each slave, up or down and since when, vectors, bytes.
+//! `bitfold status`: each slave, up or down and since when, vectors, bytes
+//! stored, and the bytes its folds read and it sent since it started.
 
 use std::time::SystemTime;
 
@@ -12,8 +13,8 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     let slaves = client.status()?;
     let now = SystemTime::now();
     println!(
-        "{:<8} {:<22} {:<26} {:>10} {:>12}",
-        "SLAVE", "ADDRESS", "STATE", "VECTORS", "BYTES"
+        "{:<8} {:<22} {:<26} {:>10} {:>12} {:>14} {:>14}",
+        "SLAVE", "ADDRESS", "STATE", "VECTORS", "BYTES", "READ", "SENT"
     );
     for slave in &slaves {
         let age = now.duration_since(slave.since).unwrap_or_default();
@@ -23,8 +24,14 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
             human_duration(age)
         );
         println!(
-            "{:<8} {:<22} {:<26} {:>10} {:>12}",
-            slave.name, slave.addr, state, slave.vectors, slave.bytes
+            "{:<8} {:<22} {:<26} {:>10} {:>12} {:>14} {:>14}",
+            slave.name,
+            slave.addr,
+            state,
+            slave.vectors,
+            slave.bytes,
+            slave.read_bytes,
+            slave.sent_bytes
         );
         if let Some(reason) = &slave.reason {
             println!("         {reason}");
