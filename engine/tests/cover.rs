@@ -128,12 +128,17 @@ fn offsets() -> impl Strategy<Value = BTreeSet<u64>> {
 }
 
 /// The vector batch `batch` imports for the vid at `offset`: a bit only that
-/// vid has (so a vid included by mistake shows), a bit of the batch, and for
-/// some vids a dense container.
+/// vid has (so a vid included by mistake shows), a bit of the batch, for
+/// some vids a dense container, and for others a bit at the far end of the
+/// position space (so that their blocks' aggregates are too big to build in
+/// memory and are streamed from the parts instead).
 fn vector(offset: u64, batch: u32) -> VectorBuf {
     let mut bits = vec![offset as u32, 1 << 20 | batch];
     if offset.is_multiple_of(7) {
         bits.extend((3 << 16..(3 << 16) + 5000).map(|b| b + offset as u32 % 64));
+    }
+    if offset % 53 == 3 {
+        bits.push(u32::MAX - offset as u32);
     }
     VectorBuf::from_bits(bits)
 }
@@ -196,18 +201,19 @@ fn whole_blocks_are_read_as_one_aggregate() {
         assert_eq!(stats.aggregates, [0, 0, 2]);
         assert_eq!(stats.vectors, 0);
 
-        // One vid short of the first block: 15 level-1 aggregates, 7 of
-        // level 0, 31 vectors, and the whole second block.
+        // One vid short of the first block: 15 level-1 aggregates, all but
+        // one of level 0 in the first level-1 block, single vectors in the
+        // first level-0 block, and the whole second block.
+        let [width, _, _] = AGGREGATE_LEVELS;
         let stats = assert_exact(&snapshot, &run[1..]).stats;
-        assert_eq!(stats.aggregates, [7, 15, 1]);
-        assert_eq!(stats.vectors, 31);
+        assert_eq!(stats.aggregates, [256 / width - 1, 15, 1]);
+        assert_eq!(stats.vectors, width - 1);
 
-        // A block the run asks for only part of is not used, even where
-        // the store holds nothing else of it.
-        let holes: Vec<u64> = (4096..4096 + 64).filter(|v| v % 32 != 5).collect();
+        // A block the run asks for only part of is not used.
+        let holes: Vec<u64> = (4096..4096 + 64).filter(|v| v % width != 5).collect();
         let stats = assert_exact(&snapshot, &holes).stats;
         assert_eq!(stats.aggregates, [0, 0, 0]);
-        assert_eq!(stats.vectors, 62);
+        assert_eq!(stats.vectors, 64 - 64 / width);
         drop(store);
 
         // Another replica's vids between the held ones: the aggregate of a
@@ -303,6 +309,19 @@ fn union_cardinality(parts: &[VectorPart<'_>]) -> u64 {
         .sum()
 }
 
+/// Imports `vectors` (vid = index) in `batches` batches of consecutive vids.
+fn import_in_batches(store: &Store, vectors: &[VectorBuf], batches: usize) {
+    let per_batch = vectors.len() / batches;
+    for (b, batch) in vectors.chunks(per_batch).enumerate() {
+        let parts: Vec<(u64, VectorPart<'_>)> = batch
+            .iter()
+            .enumerate()
+            .map(|(i, v)| ((b * per_batch + i) as u64, v.as_part()))
+            .collect();
+        store.import(&parts).unwrap();
+    }
+}
+
 #[test]
 #[ignore = "measurement; run in release mode with --ignored --nocapture"]
 fn cover_against_reading_every_vector() {
@@ -316,19 +335,18 @@ fn cover_against_reading_every_vector() {
         let vectors = random_vectors(density);
         let data: u64 = vectors.iter().map(|v| v.as_part().byte_len()).sum();
         for (shape, batches) in [("1 segment", 1), ("5 segments", 5)] {
-            let dir = tempfile::tempdir().unwrap();
-            let store = Store::open(dir.path()).unwrap();
-            let per_batch = vectors.len() / batches;
-            let t = Instant::now();
-            for (b, batch) in vectors.chunks(per_batch).enumerate() {
-                let parts: Vec<(u64, VectorPart<'_>)> = batch
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| ((b * per_batch + i) as u64, v.as_part()))
-                    .collect();
-                store.import(&parts).unwrap();
+            // The best of 3 imports into a fresh store, each fsynced.
+            let mut import = f64::INFINITY;
+            let mut kept = None;
+            for _ in 0..3 {
+                let dir = tempfile::tempdir().unwrap();
+                let store = Store::open(dir.path()).unwrap();
+                let t = Instant::now();
+                import_in_batches(&store, &vectors, batches);
+                import = import.min(t.elapsed().as_secs_f64());
+                kept = Some((dir, store));
             }
-            let import = t.elapsed().as_secs_f64();
+            let (_dir, store) = kept.unwrap();
             let snapshot = store.snapshot();
             let size = snapshot.byte_size();
             for (run, start, len) in [

@@ -22,15 +22,20 @@
 
 use std::ops::Range;
 
-use super::segment::Segment;
-use crate::vector::VectorPart;
+use super::StoreError;
+use super::segment::{Segment, SegmentWriter};
+use crate::fold::UnionPlan;
+use crate::vector::{CONTAINER_WORDS, VectorBuf, VectorPart};
 
 /// Widths of the aggregate blocks, in vids, lowest level first; each divides
-/// the next. Why these widths is measured in benches/README.md ("Range
-/// aggregates"): the lowest level costs the most space (about one dense
-/// vector per block even when the vectors are sparse), the highest bounds
-/// how many aggregates a wide run needs.
-pub const AGGREGATE_LEVELS: [u64; 3] = [32, 256, 4096];
+/// the next. They are part of segment format version 2 (an aggregate entry
+/// names its level, not its width): other widths need a new version.
+///
+/// Why these widths is measured in benches/README.md ("Range aggregates"):
+/// the lowest level costs the most space (up to one dense vector per block)
+/// and bounds the single vectors an unaligned run needs (up to 2 × 15); the
+/// highest bounds how many aggregates a wide run needs.
+pub const AGGREGATE_LEVELS: [u64; 3] = [16, 256, 4096];
 
 /// What is wrong with an aggregate entry of level `level` for the block
 /// starting at `block`, if anything.
@@ -47,35 +52,117 @@ pub(crate) fn block_problem(level: u32, block: u64) -> Option<String> {
     }
 }
 
-/// One aggregate a new segment gets: the block of level `level` starting at
-/// vid `block`, whose vectors are `vids` (indexes into the segment's vids).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Block {
-    pub(crate) level: usize,
-    pub(crate) block: u64,
-    pub(crate) vids: Range<usize>,
+/// Largest union (in bytes, bounded by the key span of its inputs) that
+/// writing aggregates holds in memory to build the block above from it. A
+/// block whose union may be larger is built from its vectors' parts,
+/// streamed, like a merge: one more pass over the data, but never a huge
+/// vector held. At this size at most 2 × 16 unions (32 × 4 MiB) are held at
+/// once.
+const HELD_MAX: u64 = 4 << 20;
+
+/// Writes the aggregates of a new segment holding `vids` (ascending,
+/// distinct); `parts_of(range)` yields the parts the segment's vectors
+/// `vids[range]` are the union of.
+///
+/// Block by block of the top level, depth first: a block's aggregate is the
+/// union of its children's aggregates (or of the parts of a child that has
+/// none), so the data is read about once whatever the number of levels,
+/// rather than once per level.
+///
+/// Imports write their segment's aggregates too, so that a store that is
+/// never merged still has them: reading the batch once more from memory
+/// costs little next to writing and syncing it (benches/README.md, "Range
+/// aggregates", measures imports with and without).
+pub(crate) fn write<'p, I>(
+    writer: &mut SegmentWriter,
+    vids: &[u64],
+    parts_of: impl Fn(Range<usize>) -> I,
+) -> Result<(), StoreError>
+where
+    I: Iterator<Item = VectorPart<'p>>,
+{
+    let top = AGGREGATE_LEVELS.len() - 1;
+    for range in blocks(vids, 0..vids.len(), AGGREGATE_LEVELS[top]) {
+        write_block(writer, top, vids, range, &parts_of)?;
+    }
+    Ok(())
 }
 
-/// The blocks that get an aggregate in a segment holding `vids` (ascending,
-/// distinct): those whose vids fall in at least two child blocks.
-pub(crate) fn blocks(vids: &[u64]) -> Vec<Block> {
-    let mut blocks = Vec::new();
-    for (level, &width) in AGGREGATE_LEVELS.iter().enumerate() {
-        let child = level.checked_sub(1).map_or(1, |l| AGGREGATE_LEVELS[l]);
-        let mut start = 0;
-        for same in vids.chunk_by(|a, b| a / width == b / width) {
-            let (first, last) = (same[0], same[same.len() - 1]);
-            if first / child != last / child {
-                blocks.push(Block {
-                    level,
-                    block: first - first % width,
-                    vids: start..start + same.len(),
-                });
-            }
+/// The ranges of `vids[within]` falling in the same block of `width` vids.
+fn blocks(vids: &[u64], within: Range<usize>, width: u64) -> Vec<Range<usize>> {
+    let mut start = within.start;
+    vids[within]
+        .chunk_by(|a, b| a / width == b / width)
+        .map(|same| {
             start += same.len();
+            start - same.len()..start
+        })
+        .collect()
+}
+
+/// Writes the aggregates of the block of level `level` holding the vids
+/// `vids[range]`, and of the blocks inside it. Returns the block's union
+/// when it is held in memory, `None` when the caller must use the parts of
+/// `vids[range]` instead.
+fn write_block<'p, I>(
+    writer: &mut SegmentWriter,
+    level: usize,
+    vids: &[u64],
+    range: Range<usize>,
+    parts_of: &impl Fn(Range<usize>) -> I,
+) -> Result<Option<Vec<VectorBuf>>, StoreError>
+where
+    I: Iterator<Item = VectorPart<'p>>,
+{
+    let child_width = level.checked_sub(1).map_or(1, |l| AGGREGATE_LEVELS[l]);
+    let children = blocks(vids, range.clone(), child_width);
+    let below = |writer: &mut SegmentWriter, child: Range<usize>| match level.checked_sub(1) {
+        Some(child_level) => write_block(writer, child_level, vids, child, parts_of),
+        None => Ok(None),
+    };
+    if let [only] = &children[..] {
+        // The aggregate would repeat the child's.
+        return below(writer, only.clone());
+    }
+    let block = vids[range.start] - vids[range.start] % AGGREGATE_LEVELS[level];
+    if union_bound(parts_of(range.clone())) > HELD_MAX {
+        for child in children {
+            below(writer, child)?;
+        }
+        let parts: Vec<VectorPart<'p>> = parts_of(range).collect();
+        writer.add_aggregate(level, block, &parts)?;
+        return Ok(None);
+    }
+    let mut held = Vec::with_capacity(children.len());
+    for child in &children {
+        held.push(below(writer, child.clone())?);
+    }
+    let mut inputs: Vec<VectorPart<'_>> = Vec::new();
+    for (child, union) in children.into_iter().zip(&held) {
+        match union {
+            Some(union) => inputs.extend(union.iter().map(VectorBuf::as_part)),
+            None => {
+                for part in parts_of(child) {
+                    inputs.push(part);
+                }
+            }
         }
     }
-    blocks
+    let union = UnionPlan::new(&inputs).run(&inputs);
+    let parts: Vec<VectorPart<'_>> = union.iter().map(VectorBuf::as_part).collect();
+    writer.add_aggregate(level, block, &parts)?;
+    Ok(Some(union))
+}
+
+/// An upper bound of the bytes of the union of `parts`: every container
+/// between the smallest and the largest key, dense.
+fn union_bound<'p>(parts: impl Iterator<Item = VectorPart<'p>>) -> u64 {
+    let span = parts
+        .filter_map(|part| part.key_range())
+        .reduce(|(lo, hi), (l, h)| (lo.min(l), hi.max(h)));
+    span.map_or(0, |(lo, hi)| {
+        (u64::from(hi - lo) + 1) * (CONTAINER_WORDS * 8 + 2) as u64
+    })
 }
 
 /// What a [`Cover`] read.
@@ -175,21 +262,6 @@ fn asks_for_all(segment: &Segment, held: Range<usize>, run: &[u64]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_blocks_spanning_two_children_get_an_aggregate() {
-        let at = |level, block, vids| Block { level, block, vids };
-        // 0 and 1 share a level-0 block; 40 is alone in its level-0 block,
-        // but with 0 and 1 it spans two children of the level-1 block 0.
-        assert_eq!(blocks(&[0, 1, 40, 5000]), [at(0, 0, 0..2), at(1, 0, 0..3)]);
-        assert_eq!(blocks(&[7]), []);
-        assert_eq!(
-            blocks(&[u64::MAX - 1, u64::MAX]),
-            [at(0, u64::MAX - 31, 0..2)]
-        );
-        // Two vids a level-2 block apart share nothing.
-        assert_eq!(blocks(&[0, 4096]), []);
-    }
 
     #[test]
     fn entries_must_name_an_aligned_block_of_a_level() {

@@ -176,7 +176,7 @@ impl Store {
             vids.push(batch[same_vid[0]].0);
             ends.push(ends.last().unwrap_or(&0) + same_vid.len());
         }
-        write_aggregates(&mut writer, &vids, |range| {
+        aggregate::write(&mut writer, &vids, |range| {
             let parts = ends_range(&ends, range);
             order[parts].iter().map(|&i| batch[i].1)
         })?;
@@ -245,7 +245,7 @@ impl Store {
                 all_hits.extend_from_slice(&hits);
                 ends.push(all_hits.len());
             }
-            write_aggregates(&mut writer, &vids, |range| {
+            aggregate::write(&mut writer, &vids, |range| {
                 let hits = &all_hits[ends_range(&ends, range)];
                 hits.iter().map(|&(s, i)| group[s].part_at(i))
             })?;
@@ -261,30 +261,6 @@ impl Store {
             merged += group.len();
         }
     }
-}
-
-/// Adds the aggregates of a segment holding `vids` (ascending, distinct);
-/// `parts_of(range)` yields the input parts of the vids `vids[range]`.
-///
-/// Every segment gets its aggregates when written, imports included: an
-/// aggregate reads parts already in memory or in the page cache, while the
-/// segment's bytes go through fsync (benches/README.md, "Range aggregates",
-/// measures the cost against an import without them).
-fn write_aggregates<'p, I>(
-    writer: &mut SegmentWriter,
-    vids: &[u64],
-    parts_of: impl Fn(Range<usize>) -> I,
-) -> Result<(), StoreError>
-where
-    I: Iterator<Item = VectorPart<'p>>,
-{
-    let mut inputs = Vec::new();
-    for block in aggregate::blocks(vids) {
-        inputs.clear();
-        inputs.extend(parts_of(block.vids));
-        writer.add_aggregate(block.level, block.block, &inputs)?;
-    }
-    Ok(())
 }
 
 /// The range of items of the groups `groups`, where group `g` ends at item
