@@ -11,9 +11,10 @@
 //! writes fresh ones for the merged segment.
 //!
 //! A segment has the aggregate of a block when the vids it holds there fall
-//! in at least two child blocks (two distinct vids at the lowest level):
+//! in at least two child blocks (two distinct vids at the lowest level),
 //! otherwise the aggregate would repeat a child's aggregate or a single
-//! vector, and cost space for nothing.
+//! vector; and when it is small enough next to the vectors it replaces
+//! (see `budget`), which keeps the aggregates under a third of the store.
 //!
 //! [`Cover`] uses an aggregate only when the run asks for every vid the
 //! segment holds in the block, so a vid the caller did not ask for is never
@@ -24,7 +25,7 @@ use std::ops::Range;
 
 use super::StoreError;
 use super::segment::{Segment, SegmentWriter};
-use crate::fold::UnionPlan;
+use crate::fold::{PlannedPart, UnionPlan};
 use crate::vector::{CONTAINER_WORDS, VectorBuf, VectorPart};
 
 /// Widths of the aggregate blocks, in vids, lowest level first; each divides
@@ -125,12 +126,20 @@ where
         return below(writer, only.clone());
     }
     let block = vids[range.start] - vids[range.start] % AGGREGATE_LEVELS[level];
+    let budget = budget(level, parts_of(range.clone()));
     if union_bound(parts_of(range.clone())) > HELD_MAX {
         for child in children {
             below(writer, child)?;
         }
         let parts: Vec<VectorPart<'p>> = parts_of(range).collect();
-        writer.add_aggregate(level, block, &parts)?;
+        let planned: u64 = UnionPlan::new(&parts)
+            .parts()
+            .iter()
+            .map(planned_bytes)
+            .sum();
+        if planned <= budget {
+            writer.add_aggregate(level, block, &parts)?;
+        }
         return Ok(None);
     }
     let mut held = Vec::with_capacity(children.len());
@@ -150,8 +159,33 @@ where
     }
     let union = UnionPlan::new(&inputs).run(&inputs);
     let parts: Vec<VectorPart<'_>> = union.iter().map(VectorBuf::as_part).collect();
-    writer.add_aggregate(level, block, &parts)?;
+    if parts.iter().map(VectorPart::byte_len).sum::<u64>() <= budget {
+        writer.add_aggregate(level, block, &parts)?;
+    }
+    // Even when not written, the union saves the block above a read.
     Ok(Some(union))
+}
+
+/// The most bytes the aggregate of level `level` of a block whose vectors
+/// are `parts` may take: 1/4 of theirs at level 0, 1/16 at level 1, 1/64 at
+/// level 2. An aggregate over that is not written (a cover then reads the
+/// level below), so the aggregates never take more than 1/4 + 1/16 + 1/64,
+/// under a third, of the space of the vectors, and an aggregate always
+/// reads at most a quarter of what it replaces. Without this, the union of
+/// 16 small sparse vectors, dense once it holds over
+/// [`crate::SPARSE_MAX`] bits in a container, could take more space than
+/// they do.
+fn budget<'p>(level: usize, parts: impl Iterator<Item = VectorPart<'p>>) -> u64 {
+    parts.map(|part| part.byte_len()).sum::<u64>() >> (2 * (level + 1))
+}
+
+/// Bytes of a planned union part, as [`VectorPart::byte_len`] counts them.
+fn planned_bytes(part: &PlannedPart) -> u64 {
+    (part.dense_word_count() * 8
+        + size_of_val(part.dense_keys())
+        + size_of_val(part.sparse_keys())
+        + size_of_val(part.sparse_ends())
+        + size_of_val(part.sparse_values())) as u64
 }
 
 /// An upper bound of the bytes of the union of `parts`: every container
