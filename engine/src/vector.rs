@@ -322,9 +322,14 @@ impl<'a> VectorPart<'a> {
         crate::kernels::popcount(self.dense_words) + self.sparse_values.len() as u64
     }
 
-    /// Bytes a fold reads of this part: its dense words and sparse positions.
-    pub fn data_bytes(&self) -> u64 {
-        (self.dense_words.len() * 8 + self.sparse_values.len() * 2) as u64
+    /// Bytes of its slices (words, keys, ends and values): what reading it
+    /// touches, and what it takes in a segment file before alignment.
+    pub fn byte_len(&self) -> u64 {
+        (size_of_val(self.dense_words)
+            + size_of_val(self.dense_keys)
+            + size_of_val(self.sparse_keys)
+            + size_of_val(self.sparse_ends)
+            + size_of_val(self.sparse_values)) as u64
     }
 
     /// Whether no bit is set (a part may hold all-zero dense containers).

@@ -428,18 +428,27 @@ fn readers_see_whole_imports_in_order() {
     writer.join().unwrap();
 }
 
-/// A store written by format version 1 (one `Store::import` per vector of
-/// `version_1_vectors`, in order), committed so that later versions of
-/// bitfold are checked to still read it.
-#[test]
-fn a_version_1_store_still_opens() {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-v1");
+/// Opens a copy of the committed store in `tests/fixtures/{name}` (opening
+/// may remove files, which must not happen to the fixture).
+fn open_fixture(name: &str) -> (tempfile::TempDir, Store) {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     let dir = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir(&fixture).unwrap() {
         let entry = entry.unwrap();
         std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
     }
     let store = Store::open(dir.path()).unwrap();
+    (dir, store)
+}
+
+/// A store written by format version 1 (one `Store::import` per vector of
+/// `version_1_vectors`, in order), committed so that later versions of
+/// bitfold are checked to still read it.
+#[test]
+fn a_version_1_store_still_opens() {
+    let (_dir, store) = open_fixture("store-v1");
     assert_holds(&store, &version_1_vectors());
     assert_eq!(store.snapshot().segment_count(), 4);
 }
@@ -450,5 +459,39 @@ fn version_1_vectors() -> Oracle {
     oracle.insert(7, (0..2000).map(|i| i * 3).collect());
     oracle.insert(u64::MAX, (5 << 16..6 << 16).step_by(2).collect());
     oracle.insert(7 + (1 << 40), (0..300).map(|i| i * 65536 + 11).collect());
+    oracle
+}
+
+/// A store written by format version 2, the first with range aggregates:
+/// two `Store::import`s, `version_2_vectors` with vid 1's first bits and
+/// vid 2 left out, then those; committed so that later versions of bitfold
+/// are checked to still read it, aggregates included.
+#[test]
+fn a_version_2_store_still_opens() {
+    let (_dir, store) = open_fixture("store-v2");
+    let oracle = version_2_vectors();
+    assert_holds(&store, &oracle);
+    let snapshot = store.snapshot();
+    assert_eq!(snapshot.segment_count(), 2);
+    // The first segment's aggregate of vids 0..256 (it holds 0, 1 and 33),
+    // and the second segment's part of vid 1.
+    let cover = snapshot.cover(&[0, 1, 33]);
+    assert_eq!(cover.stats.aggregates, [0, 1, 0]);
+    assert_eq!(cover.stats.vectors, 1);
+    let covered: BTreeSet<u32> = cover.parts.iter().flat_map(|p| p.bits()).collect();
+    let expected: BTreeSet<u32> = [0, 1, 33].iter().flat_map(|v| oracle[v].clone()).collect();
+    assert_eq!(covered, expected);
+}
+
+fn version_2_vectors() -> Oracle {
+    let mut oracle = Oracle::new();
+    oracle.insert(0, BTreeSet::from([0, 1, u32::MAX]));
+    let mut one: BTreeSet<u32> = (0..2000).map(|i| i * 3).collect();
+    one.extend([1, 1 << 31]);
+    oracle.insert(1, one);
+    oracle.insert(2, BTreeSet::from([2]));
+    oracle.insert(33, (5 << 16..6 << 16).step_by(2).collect());
+    oracle.insert(u64::MAX - 1, BTreeSet::from([9]));
+    oracle.insert(u64::MAX, (0..300).map(|i| i * 65536 + 11).collect());
     oracle
 }

@@ -4,9 +4,10 @@
 //! environment variable) that imports numbered batches and prints each
 //! number once `import` has returned `Ok`. The parent kills it with SIGKILL
 //! at a random moment (during a write, a merge, or opening), reopens the
-//! store and checks that every acknowledged batch is there, whole, and that
-//! batches are never half applied.
+//! store and checks that every acknowledged batch is there, whole, that
+//! batches are never half applied, and that the range aggregates are exact.
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -57,6 +58,16 @@ fn applied(snapshot: &Snapshot, n: u64) -> bool {
         }
     }
     marker
+}
+
+/// Whether the range aggregates the store reopened with are exact: covering
+/// `vids` gives the union of their vectors.
+fn assert_cover_exact(snapshot: &Snapshot, vids: &[u64]) {
+    let bits = |parts: &mut dyn Iterator<Item = VectorPart<'_>>| -> BTreeSet<u32> {
+        parts.flat_map(|p| p.bits()).collect()
+    };
+    let naive = bits(&mut vids.iter().flat_map(|&v| snapshot.parts(v)));
+    assert_eq!(bits(&mut snapshot.cover(vids).parts.into_iter()), naive);
 }
 
 /// The writer process: imports batches from `first` on until killed.
@@ -153,6 +164,9 @@ fn kill_9_loses_no_acknowledged_batch() {
                 landed += 1;
             }
         }
+        let all: Vec<u64> = snapshot.vids().collect();
+        assert_cover_exact(&snapshot, &all);
+        assert_cover_exact(&snapshot, &all[all.partition_point(|&v| v < MARKER)..]);
         assert_eq!(
             snapshot.vids().filter(|&v| v >= MARKER).count(),
             acked.len() + landed,

@@ -85,6 +85,17 @@ pub(crate) fn u64_at(bytes: &[u8], at: usize) -> u64 {
 
 /// Checks the footer of `bytes` (the whole file at `path`) and returns the body.
 pub(crate) fn check<'a>(bytes: &'a [u8], kind: &Kind, path: &Path) -> Result<&'a [u8], StoreError> {
+    check_versions(bytes, kind, kind.version, path).map(|(body, _)| body)
+}
+
+/// Like [`check`], but accepts every format version from `oldest` to
+/// `kind.version`; returns the body and the file's version.
+pub(crate) fn check_versions<'a>(
+    bytes: &'a [u8],
+    kind: &Kind,
+    oldest: u32,
+    path: &Path,
+) -> Result<(&'a [u8], u32), StoreError> {
     let corrupt = |problem: String| StoreError::corrupt(path, problem);
     if bytes.len() < FOOTER_LEN {
         return Err(corrupt(format!(
@@ -107,7 +118,7 @@ pub(crate) fn check<'a>(bytes: &'a [u8], kind: &Kind, path: &Path) -> Result<&'a
         )));
     }
     let version = u32_at(footer, 0);
-    if version != kind.version {
+    if !(oldest..=kind.version).contains(&version) {
         return Err(StoreError::Version {
             path: path.to_path_buf(),
             found: version,
@@ -124,5 +135,5 @@ pub(crate) fn check<'a>(bytes: &'a [u8], kind: &Kind, path: &Path) -> Result<&'a
     if u32_at(footer, 4) != 0 {
         return Err(corrupt("its footer's reserved field is not zero".into()));
     }
-    Ok(&bytes[..bytes.len() - FOOTER_LEN])
+    Ok((&bytes[..bytes.len() - FOOTER_LEN], version))
 }

@@ -23,6 +23,11 @@
 //! parts and streams the result window by window, so even a vector of 2^32
 //! bits (512 MiB dense) is never held twice.
 //!
+//! Each segment also holds range aggregates: for aligned blocks of vids at
+//! the widths of [`AGGREGATE_LEVELS`], the union of the vectors it holds in
+//! the block. [`Snapshot::cover`] reads a run of vids as a few aggregates
+//! and single parts instead of one part per vid and segment.
+//!
 //! Readers hold an `Arc<Snapshot>`: a merge swaps in a new snapshot and
 //! deletes the old files, but a running query keeps the maps it has.
 //!
@@ -43,6 +48,7 @@
 //! assert_eq!(bits.into_iter().collect::<Vec<_>>(), [1, 2, 3, 4]);
 //! ```
 
+mod aggregate;
 mod error;
 mod footer;
 mod log;
@@ -54,11 +60,13 @@ mod storage;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::fmt;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use rayon::prelude::*;
 
+pub use aggregate::{AGGREGATE_LEVELS, Cover, CoverStats};
 pub use error::StoreError;
 pub use log::{VID_LOG_NAME, VidLog};
 pub use storage::{AppendFile, Directory, FileBytes, FileWriter, MemoryDirectory, MmapDirectory};
@@ -165,11 +173,18 @@ impl Store {
         let id = take_id(&mut next_id);
         let mut writer = SegmentWriter::create(&*self.dir, id)?;
         let mut group = Vec::new();
+        let (mut vids, mut ends) = (Vec::new(), Vec::new());
         for same_vid in order.chunk_by(|&a, &b| batch[a].0 == batch[b].0) {
             group.clear();
             group.extend(same_vid.iter().map(|&i| batch[i].1));
             writer.add(batch[same_vid[0]].0, &group)?;
+            vids.push(batch[same_vid[0]].0);
+            ends.push(ends.last().unwrap_or(&0) + same_vid.len());
         }
+        aggregate::write(&mut writer, &vids, |range| {
+            let parts = ends_range(&ends, range);
+            order[parts].iter().map(|&i| batch[i].1)
+        })?;
         let vectors = writer.vector_count();
         let bytes = writer.finish()?;
         let segment = Arc::new(Segment::open(&*self.dir, id, bytes)?);
@@ -224,13 +239,21 @@ impl Store {
                 .partition(|s| tier_of(s.len()) == tier);
             let id = take_id(next_id);
             let mut writer = SegmentWriter::create(&*self.dir, id)?;
-            let mut vids = VidMerge::new(&group);
+            let mut merge = VidMerge::new(&group);
             let (mut hits, mut parts) = (Vec::new(), Vec::new());
-            while let Some(vid) = vids.next_group(&mut hits) {
+            let (mut vids, mut all_hits, mut ends) = (Vec::new(), Vec::new(), Vec::new());
+            while let Some(vid) = merge.next_group(&mut hits) {
                 parts.clear();
                 parts.extend(hits.iter().map(|&(s, i)| group[s].part_at(i)));
                 writer.add(vid, &parts)?;
+                vids.push(vid);
+                all_hits.extend_from_slice(&hits);
+                ends.push(all_hits.len());
             }
+            aggregate::write(&mut writer, &vids, |range| {
+                let hits = &all_hits[ends_range(&ends, range)];
+                hits.iter().map(|&(s, i)| group[s].part_at(i))
+            })?;
             let len = writer.finish()?;
             keep.push(Arc::new(Segment::open(&*self.dir, id, len)?));
             self.install(keep)?;
@@ -243,6 +266,13 @@ impl Store {
             merged += group.len();
         }
     }
+}
+
+/// The range of items of the groups `groups`, where group `g` ends at item
+/// `ends[g]`.
+fn ends_range(ends: &[usize], groups: Range<usize>) -> Range<usize> {
+    let start = groups.start.checked_sub(1).map_or(0, |g| ends[g]);
+    start..ends[groups.end - 1]
 }
 
 fn take_id(next_id: &mut u64) -> u64 {
@@ -309,6 +339,32 @@ impl Snapshot {
     /// The parts whose union is vector `vid` (none if it does not exist).
     pub fn parts(&self, vid: u64) -> impl Iterator<Item = VectorPart<'_>> + '_ {
         self.segments.iter().filter_map(move |s| s.get(vid))
+    }
+
+    /// Parts whose union is exactly the union of the vectors `vids`
+    /// (ascending, distinct; vids not held add nothing), using range
+    /// aggregates where they save reads.
+    ///
+    /// Per segment, an aggregate of a block is used only when `vids` holds
+    /// every vid that segment has in the block, so the union never includes
+    /// a vector that was not asked for; otherwise the block is covered by
+    /// the level below, and at the bottom by single vector parts. The cost
+    /// of choosing is O(len(vids)) per level and segment, not the width of
+    /// the blocks.
+    ///
+    /// # Panics
+    ///
+    /// If `vids` is not strictly ascending.
+    pub fn cover(&self, vids: &[u64]) -> Cover<'_> {
+        assert!(
+            vids.windows(2).all(|w| w[0] < w[1]),
+            "Snapshot::cover takes vids strictly ascending"
+        );
+        let mut cover = Cover::default();
+        for segment in &self.segments {
+            cover.add_segment(segment, vids);
+        }
+        cover
     }
 
     /// Whether vector `vid` exists.

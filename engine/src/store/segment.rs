@@ -8,15 +8,23 @@
 //!                 dense keys    u16 × dense containers
 //!                 sparse keys   u16 × sparse containers
 //!                 sparse values u16 × values
+//! aggregates    the same five slices for each range aggregate
 //! index         (8-byte aligned) one entry per vector, ascending vid:
 //!                 vid u64 | offset u64 | dense u32 | sparse u32 | values u32 | reserved u32
-//! trailer       index offset u64 | vector count u64
+//! aggregate index  one entry per aggregate, ascending (level, block):
+//!                 block u64 | offset u64 | dense u32 | sparse u32 | values u32 | level u32
+//! trailer       index offset u64 | vector count u64 | aggregate count u64
 //! footer        see `footer.rs`
 //! ```
 //!
 //! `offset` is where the vector's words start (or its ends, if it has no
 //! dense container); the other slices follow back to back, each naturally
 //! aligned because the slice before it ends on a multiple of its alignment.
+//!
+//! An aggregate is the union of the vectors this segment holds in one
+//! aligned block of vids (see `aggregate.rs`); `block` is the block's first
+//! vid. Format version 1 has no aggregates and a trailer without their
+//! count; it is still read.
 //! All integers are little-endian, which is why bitfold builds only for
 //! little-endian targets.
 
@@ -25,6 +33,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 
 use super::StoreError;
+use super::aggregate;
 use super::footer::{self, ChecksumWriter, Kind, u64_at};
 use super::storage::{Directory, FileBytes};
 use crate::fold::UnionPlan;
@@ -35,15 +44,22 @@ compile_error!("bitfold's store files are little-endian words read in place");
 
 pub(crate) const SEGMENT: Kind = Kind {
     magic: *b"BFOLDSEG",
-    version: 1,
+    version: 2,
     name: "segment",
 };
+
+/// The oldest segment format version this build reads (version 1 has no
+/// aggregates).
+const OLDEST_VERSION: u32 = 1;
 
 /// Words of one index entry.
 const ENTRY_WORDS: usize = 4;
 
 /// Bytes of the trailer before the footer.
-const TRAILER_LEN: usize = 16;
+const TRAILER_LEN: usize = 24;
+
+/// Bytes of the trailer of a version 1 segment (no aggregate count).
+const TRAILER_LEN_V1: usize = 16;
 
 /// Alignment of a vector's dense words in the file (a cache line).
 const DENSE_ALIGN: u64 = 64;
@@ -132,7 +148,10 @@ pub(crate) struct Segment {
     id: u64,
     path: PathBuf,
     bytes: FileBytes,
+    /// Byte range of the vector index.
     index: Range<usize>,
+    /// Byte range of the aggregate index (right after the vector index).
+    aggregates: Range<usize>,
 }
 
 impl std::fmt::Debug for Segment {
@@ -170,24 +189,47 @@ impl Segment {
                 ),
             ));
         }
-        let body_len = footer::check(&bytes, &SEGMENT, &path)?.len();
+        let (body, version) = footer::check_versions(&bytes, &SEGMENT, OLDEST_VERSION, &path)?;
+        let trailer_len = if version == 1 {
+            TRAILER_LEN_V1
+        } else {
+            TRAILER_LEN
+        };
         let corrupt = |problem: String| StoreError::corrupt(&path, problem);
-        let data_end = body_len
-            .checked_sub(TRAILER_LEN)
+        let data_end = body
+            .len()
+            .checked_sub(trailer_len)
             .ok_or_else(|| corrupt("it has no room for its trailer".into()))?;
         let index_offset = u64_at(&bytes, data_end);
         let count = u64_at(&bytes, data_end + 8);
-        let index_bytes = count.checked_mul((ENTRY_WORDS * 8) as u64);
-        if !index_offset.is_multiple_of(8)
-            || index_bytes.is_none_or(|len| index_offset.checked_add(len) != Some(data_end as u64))
-        {
-            return Err(corrupt(format!(
-                "its trailer puts {count} index entries at byte {index_offset}, \
-                 which does not fit before byte {data_end}"
-            )));
-        }
-        let index = index_offset as usize..data_end;
-        if bytemuck::try_cast_slice::<u8, u64>(&bytes[index.clone()]).is_err() {
+        let aggregate_count = if version == 1 {
+            0
+        } else {
+            u64_at(&bytes, data_end + 16)
+        };
+        let entry_bytes = (ENTRY_WORDS * 8) as u64;
+        let index_end = count
+            .checked_mul(entry_bytes)
+            .and_then(|len| index_offset.checked_add(len));
+        let aggregates_end = index_end
+            .zip(aggregate_count.checked_mul(entry_bytes))
+            .and_then(|(end, len)| end.checked_add(len));
+        let index_end = match index_end {
+            Some(end)
+                if index_offset.is_multiple_of(8) && aggregates_end == Some(data_end as u64) =>
+            {
+                end
+            }
+            _ => {
+                return Err(corrupt(format!(
+                    "its trailer puts {count} index entries and {aggregate_count} aggregate \
+                     entries at byte {index_offset}, which do not fit before byte {data_end}"
+                )));
+            }
+        };
+        let index = index_offset as usize..index_end as usize;
+        let aggregates = index_end as usize..data_end;
+        if bytemuck::try_cast_slice::<u8, u64>(&bytes[index.start..data_end]).is_err() {
             return Err(corrupt("its index is not 8-byte aligned in memory".into()));
         }
         let segment = Segment {
@@ -195,19 +237,36 @@ impl Segment {
             path,
             bytes,
             index,
+            aggregates,
         };
-        segment.verify_vectors()?;
+        segment.verify_entries(segment.entries(), "index entry", |entry| {
+            (entry.reserved != 0).then(|| "reserved field is not zero".to_owned())
+        })?;
+        segment.verify_entries(segment.aggregate_entries(), "aggregate entry", |entry| {
+            aggregate::block_problem(entry.reserved, entry.vid)
+        })?;
         Ok(segment)
     }
 
-    fn verify_vectors(&self) -> Result<(), StoreError> {
-        let mut last: Option<u64> = None;
-        for i in 0..self.vector_count() {
-            let entry = self.entry(i);
-            let problem = if last.is_some_and(|l| l >= entry.vid) {
+    /// Checks the order, alignment, bounds and part invariants of `entries`
+    /// (the vector index or the aggregate index: `what` names an entry), and
+    /// what `problem` says of each. Entries ascend by (reserved, vid): by vid
+    /// in the vector index, whose reserved field is zero; by (level, block)
+    /// in the aggregate index.
+    fn verify_entries(
+        &self,
+        entries: &[[u64; ENTRY_WORDS]],
+        what: &str,
+        problem: impl Fn(&Entry) -> Option<String>,
+    ) -> Result<(), StoreError> {
+        let mut last: Option<(u32, u64)> = None;
+        for (i, words) in entries.iter().enumerate() {
+            let entry = Entry::decode(words);
+            let key = (entry.reserved, entry.vid);
+            let problem = if last.is_some_and(|l| l >= key) {
                 Some("vids are not strictly ascending".to_owned())
-            } else if entry.reserved != 0 {
-                Some("reserved field is not zero".to_owned())
+            } else if let Some(problem) = problem(&entry) {
+                Some(problem)
             } else if entry.dense == 0 && entry.sparse == 0 {
                 Some("the vector has no containers".to_owned())
             } else if entry.dense > 0 && !entry.offset.is_multiple_of(DENSE_ALIGN) {
@@ -225,10 +284,10 @@ impl Segment {
             if let Some(problem) = problem {
                 return Err(StoreError::corrupt(
                     &self.path,
-                    format!("index entry {i} (vid {}): {problem}", entry.vid),
+                    format!("{what} {i} (vid {}): {problem}", entry.vid),
                 ));
             }
-            last = Some(entry.vid);
+            last = Some(key);
         }
         Ok(())
     }
@@ -280,8 +339,44 @@ impl Segment {
         words.as_chunks().0
     }
 
+    fn aggregate_entries(&self) -> &[[u64; ENTRY_WORDS]] {
+        let words: &[u64] = bytemuck::cast_slice(&self.bytes[self.aggregates.clone()]);
+        words.as_chunks().0
+    }
+
     fn entry(&self, i: usize) -> Entry {
         Entry::decode(&self.entries()[i])
+    }
+
+    /// Whether this segment has range aggregates (version 1 segments and
+    /// segments holding no two vids in one block have none).
+    pub(crate) fn has_aggregates(&self) -> bool {
+        !self.aggregates.is_empty()
+    }
+
+    /// The aggregate of the block of level `level` starting at vid `block`:
+    /// the union of this segment's vectors in that block, if it has one.
+    pub(crate) fn aggregate(&self, level: usize, block: u64) -> Option<VectorPart<'_>> {
+        let entries = self.aggregate_entries();
+        let key = (level as u64, block);
+        let i = entries
+            .binary_search_by_key(&key, |entry| (entry[3] >> 32, entry[0]))
+            .ok()?;
+        let part = self.slices(&Entry::decode(&entries[i]), VectorPart::from_verified);
+        Some(part.expect("every aggregate was verified when the segment was opened"))
+    }
+
+    /// The entries among `within` whose vids lie in `first..=last`.
+    pub(crate) fn entries_between(
+        &self,
+        within: Range<usize>,
+        first: u64,
+        last: u64,
+    ) -> Range<usize> {
+        let entries = &self.entries()[within.clone()];
+        let start = entries.partition_point(|entry| entry[0] < first);
+        let end = start + entries[start..].partition_point(|entry| entry[0] <= last);
+        within.start + start..within.start + end
     }
 
     pub(crate) fn vector_count(&self) -> usize {
@@ -340,6 +435,7 @@ impl Metadata {
 pub(crate) struct SegmentWriter {
     out: ChecksumWriter,
     index: Vec<[u64; ENTRY_WORDS]>,
+    aggregates: Vec<[u64; ENTRY_WORDS]>,
     last_vid: Option<u64>,
     metadata: Metadata,
     window_words: Vec<u64>,
@@ -358,6 +454,7 @@ impl SegmentWriter {
         Ok(SegmentWriter {
             out: ChecksumWriter::new(dir.create(&segment_name(id))?),
             index: Vec::new(),
+            aggregates: Vec::new(),
             last_vid: None,
             metadata: Metadata::default(),
             window_words: Vec::new(),
@@ -376,10 +473,43 @@ impl SegmentWriter {
             self.last_vid.is_none_or(|last| last < vid),
             "segment vectors must be added in ascending vid order"
         );
+        if let Some(entry) = self.write_vector(vid, 0, inputs)? {
+            self.index.push(entry);
+            self.last_vid = Some(vid);
+        }
+        Ok(())
+    }
+
+    /// Writes the aggregate of the block of level `level` starting at vid
+    /// `block`, as the union of `inputs` (the parts of every vector added in
+    /// that block). Aggregates may be added in any order, after the vectors
+    /// or between them.
+    pub(crate) fn add_aggregate(
+        &mut self,
+        level: usize,
+        block: u64,
+        inputs: &[VectorPart<'_>],
+    ) -> Result<(), StoreError> {
+        debug_assert!(aggregate::block_problem(level as u32, block).is_none());
+        if let Some(entry) = self.write_vector(block, level as u32, inputs)? {
+            self.aggregates.push(entry);
+        }
+        Ok(())
+    }
+
+    /// Writes the union of `inputs` and returns its index entry (`key` in
+    /// the vid field, `tag` in the reserved one), or `None` if they are all
+    /// empty.
+    fn write_vector(
+        &mut self,
+        key: u64,
+        tag: u32,
+        inputs: &[VectorPart<'_>],
+    ) -> Result<Option<[u64; ENTRY_WORDS]>, StoreError> {
         let inputs: Vec<VectorPart<'_>> =
             inputs.iter().filter(|p| !p.is_empty()).copied().collect();
         let start = match inputs.as_slice() {
-            [] => return Ok(()),
+            [] => return Ok(None),
             [part] => self.write_whole(part)?,
             _ => self.write_union(&inputs)?,
         };
@@ -397,21 +527,17 @@ impl SegmentWriter {
             &metadata.sparse_ends,
             &metadata.sparse_values,
         )?;
-        self.index.push(
-            Entry {
-                vid,
-                offset,
-                dense: metadata.dense_keys.len() as u32,
-                sparse: metadata.sparse_keys.len() as u32,
-                values: metadata.sparse_values.len() as u32,
-                reserved: 0,
-            }
-            .encode(),
-        );
+        let entry = Entry {
+            vid: key,
+            offset,
+            dense: metadata.dense_keys.len() as u32,
+            sparse: metadata.sparse_keys.len() as u32,
+            values: metadata.sparse_values.len() as u32,
+            reserved: tag,
+        };
         self.metadata = metadata;
         self.metadata.clear();
-        self.last_vid = Some(vid);
-        Ok(())
+        Ok(Some(entry.encode()))
     }
 
     /// Writes the words of one part and gathers its metadata; returns where
@@ -524,8 +650,13 @@ impl SegmentWriter {
         self.out.pad_to(8)?;
         let index_offset = self.out.position();
         self.out.write(bytemuck::cast_slice(&self.index))?;
+        self.aggregates
+            .sort_unstable_by_key(|entry| (entry[3] >> 32, entry[0]));
+        self.out.write(bytemuck::cast_slice(&self.aggregates))?;
         self.out.write(&index_offset.to_le_bytes())?;
         self.out.write(&(self.index.len() as u64).to_le_bytes())?;
+        self.out
+            .write(&(self.aggregates.len() as u64).to_le_bytes())?;
         self.out.finish(&SEGMENT)
     }
 }
@@ -614,6 +745,36 @@ mod tests {
         for len in 0..bytes.len() {
             refusal(&dir, &bytes[..len]);
         }
+    }
+
+    #[test]
+    fn a_resealed_bad_aggregate_entry_is_refused() {
+        let dir = MemoryDirectory::new();
+        let (a, b) = (VectorBuf::from_bits(vec![1]), VectorBuf::from_bits(vec![2]));
+        let mut writer = SegmentWriter::create(&dir, 1).unwrap();
+        writer.add(32, &[a.as_part()]).unwrap();
+        writer.add(33, &[b.as_part()]).unwrap();
+        writer
+            .add_aggregate(0, 32, &[a.as_part(), b.as_part()])
+            .unwrap();
+        writer.finish().unwrap();
+        let bytes = dir.read(&segment_name(1)).unwrap().to_vec();
+        let segment = Segment::open(&dir, 1, bytes.len() as u64).unwrap();
+        let both = VectorBuf::from_bits(vec![1, 2]);
+        assert_eq!(segment.aggregate(0, 32), Some(both.as_part()));
+        assert_eq!(segment.aggregate(1, 0), None);
+
+        let data_end = bytes.len() - footer::FOOTER_LEN - TRAILER_LEN;
+        let entry = data_end - ENTRY_WORDS * 8;
+        let mut level = bytes.clone();
+        level[entry + 28] = 7;
+        reseal(&mut level);
+        assert!(refusal(&dir, &level).contains("aggregate entry 0 (vid 32): level 7"));
+
+        let mut block = bytes.clone();
+        block[entry] = 40;
+        reseal(&mut block);
+        assert!(refusal(&dir, &block).contains("not aligned"));
     }
 
     #[test]

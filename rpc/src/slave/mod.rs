@@ -222,30 +222,26 @@ impl slave::Server for Slave {
 }
 
 impl Slave {
-    /// Appends every part `snapshot` holds of `vids` to `out`, counting the
-    /// bytes read; or returns the first vid it holds no part of.
+    /// Appends to `out` parts whose union is the union of the vectors
+    /// `vids` (in any order, repeats allowed) as `snapshot` holds them:
+    /// range aggregates where they cover a block, single vectors elsewhere.
+    /// Counts the bytes read; fails with the first vid it holds no part of.
     pub(crate) fn stored_parts<'s>(
         &self,
         snapshot: &'s Snapshot,
         vids: impl IntoIterator<Item = u64>,
         out: &mut Vec<VectorPart<'s>>,
     ) -> Result<(), u64> {
-        let mut read = 0;
-        let found = vids.into_iter().try_for_each(|vid| {
-            let before = out.len();
-            out.extend(snapshot.parts(vid));
-            read += out[before..]
-                .iter()
-                .map(VectorPart::data_bytes)
-                .sum::<u64>();
-            if out.len() == before {
-                Err(vid)
-            } else {
-                Ok(())
-            }
-        });
-        self.read.set(self.read.get() + read);
-        found
+        let mut vids: Vec<u64> = vids.into_iter().collect();
+        vids.sort_unstable();
+        vids.dedup();
+        if let Some(&missing) = vids.iter().find(|&&vid| !snapshot.contains(vid)) {
+            return Err(missing);
+        }
+        let cover = snapshot.cover(&vids);
+        self.read.set(self.read.get() + cover.stats.bytes);
+        out.extend(cover.parts);
+        Ok(())
     }
 
     /// The budget of a call that arrived at `arrived` asking for `micros`,

@@ -1,0 +1,306 @@
+//! Range aggregates: per segment, the union of the vectors it holds in each
+//! aligned block of vids, so that a run of many vids is read as a few
+//! aggregates and a few single vectors.
+//!
+//! Blocks come in [`AGGREGATE_LEVELS`]: a block of level `l` is the
+//! `AGGREGATE_LEVELS[l]` vids starting at a multiple of that width, and each
+//! width divides the next, so blocks nest. Aggregates are per segment
+//! because segments never change: an aggregate is exact for its segment
+//! whatever is imported or merged later, and a vid's vector is the union of
+//! its parts in every segment. So imports never rewrite an aggregate; a merge
+//! writes fresh ones for the merged segment.
+//!
+//! A segment has the aggregate of a block when the vids it holds there fall
+//! in at least two child blocks (two distinct vids at the lowest level),
+//! otherwise the aggregate would repeat a child's aggregate or a single
+//! vector; and when it is small enough next to the vectors it replaces
+//! (see `budget`), which keeps the aggregates under a third of the store.
+//!
+//! [`Cover`] uses an aggregate only when the run asks for every vid the
+//! segment holds in the block, so a vid the caller did not ask for is never
+//! included: a handler covering its share of a term's vids stays exact when
+//! another replica serves the rest.
+
+use std::ops::Range;
+
+use super::StoreError;
+use super::segment::{Segment, SegmentWriter};
+use crate::fold::{PlannedPart, UnionPlan};
+use crate::vector::{CONTAINER_WORDS, VectorBuf, VectorPart};
+
+/// Widths of the aggregate blocks, in vids, lowest level first; each divides
+/// the next. They are part of segment format version 2 (an aggregate entry
+/// names its level, not its width): other widths need a new version.
+///
+/// Why these widths is measured in benches/README.md ("Range aggregates"):
+/// the lowest level costs the most space (up to one dense vector per block)
+/// and bounds the single vectors an unaligned run needs (up to 2 × 15); the
+/// highest bounds how many aggregates a wide run needs.
+pub const AGGREGATE_LEVELS: [u64; 3] = [16, 256, 4096];
+
+/// What is wrong with an aggregate entry of level `level` for the block
+/// starting at `block`, if anything.
+pub(crate) fn block_problem(level: u32, block: u64) -> Option<String> {
+    match AGGREGATE_LEVELS.get(level as usize) {
+        None => Some(format!(
+            "level {level} does not exist (there are {})",
+            AGGREGATE_LEVELS.len()
+        )),
+        Some(width) if !block.is_multiple_of(*width) => Some(format!(
+            "block {block} is not aligned to its level's width {width}"
+        )),
+        Some(_) => None,
+    }
+}
+
+/// Largest union (in bytes, bounded by the key span of its inputs) that
+/// writing aggregates holds in memory to build the block above from it. A
+/// block whose union may be larger is built from its vectors' parts,
+/// streamed, like a merge: one more pass over the data, but never a huge
+/// vector held. At this size at most 2 × 16 unions (32 × 4 MiB) are held at
+/// once.
+const HELD_MAX: u64 = 4 << 20;
+
+/// Writes the aggregates of a new segment holding `vids` (ascending,
+/// distinct); `parts_of(range)` yields the parts the segment's vectors
+/// `vids[range]` are the union of.
+///
+/// Block by block of the top level, depth first: a block's aggregate is the
+/// union of its children's aggregates (or of the parts of a child that has
+/// none), so the data is read about once whatever the number of levels,
+/// rather than once per level.
+///
+/// Imports write their segment's aggregates too, so that a store that is
+/// never merged still has them: reading the batch once more from memory
+/// costs little next to writing and syncing it (benches/README.md, "Range
+/// aggregates", measures imports with and without).
+pub(crate) fn write<'p, I>(
+    writer: &mut SegmentWriter,
+    vids: &[u64],
+    parts_of: impl Fn(Range<usize>) -> I,
+) -> Result<(), StoreError>
+where
+    I: Iterator<Item = VectorPart<'p>>,
+{
+    let top = AGGREGATE_LEVELS.len() - 1;
+    for range in blocks(vids, 0..vids.len(), AGGREGATE_LEVELS[top]) {
+        write_block(writer, top, vids, range, &parts_of)?;
+    }
+    Ok(())
+}
+
+/// The ranges of `vids[within]` falling in the same block of `width` vids.
+fn blocks(vids: &[u64], within: Range<usize>, width: u64) -> Vec<Range<usize>> {
+    let mut start = within.start;
+    vids[within]
+        .chunk_by(|a, b| a / width == b / width)
+        .map(|same| {
+            start += same.len();
+            start - same.len()..start
+        })
+        .collect()
+}
+
+/// Writes the aggregates of the block of level `level` holding the vids
+/// `vids[range]`, and of the blocks inside it. Returns the block's union
+/// when it is held in memory, `None` when the caller must use the parts of
+/// `vids[range]` instead.
+fn write_block<'p, I>(
+    writer: &mut SegmentWriter,
+    level: usize,
+    vids: &[u64],
+    range: Range<usize>,
+    parts_of: &impl Fn(Range<usize>) -> I,
+) -> Result<Option<Vec<VectorBuf>>, StoreError>
+where
+    I: Iterator<Item = VectorPart<'p>>,
+{
+    let child_width = level.checked_sub(1).map_or(1, |l| AGGREGATE_LEVELS[l]);
+    let children = blocks(vids, range.clone(), child_width);
+    let below = |writer: &mut SegmentWriter, child: Range<usize>| match level.checked_sub(1) {
+        Some(child_level) => write_block(writer, child_level, vids, child, parts_of),
+        None => Ok(None),
+    };
+    if let [only] = &children[..] {
+        // The aggregate would repeat the child's.
+        return below(writer, only.clone());
+    }
+    let block = vids[range.start] - vids[range.start] % AGGREGATE_LEVELS[level];
+    let budget = budget(level, parts_of(range.clone()));
+    if union_bound(parts_of(range.clone())) > HELD_MAX {
+        for child in children {
+            below(writer, child)?;
+        }
+        let parts: Vec<VectorPart<'p>> = parts_of(range).collect();
+        let planned: u64 = UnionPlan::new(&parts)
+            .parts()
+            .iter()
+            .map(planned_bytes)
+            .sum();
+        if planned <= budget {
+            writer.add_aggregate(level, block, &parts)?;
+        }
+        return Ok(None);
+    }
+    let mut held = Vec::with_capacity(children.len());
+    for child in &children {
+        held.push(below(writer, child.clone())?);
+    }
+    let mut inputs: Vec<VectorPart<'_>> = Vec::new();
+    for (child, union) in children.into_iter().zip(&held) {
+        match union {
+            Some(union) => inputs.extend(union.iter().map(VectorBuf::as_part)),
+            None => {
+                for part in parts_of(child) {
+                    inputs.push(part);
+                }
+            }
+        }
+    }
+    let union = UnionPlan::new(&inputs).run(&inputs);
+    let parts: Vec<VectorPart<'_>> = union.iter().map(VectorBuf::as_part).collect();
+    if parts.iter().map(VectorPart::byte_len).sum::<u64>() <= budget {
+        writer.add_aggregate(level, block, &parts)?;
+    }
+    // Even when not written, the union saves the block above a read.
+    Ok(Some(union))
+}
+
+/// The most bytes the aggregate of level `level` of a block whose vectors
+/// are `parts` may take: 1/4 of theirs at level 0, 1/16 at level 1, 1/64 at
+/// level 2. An aggregate over that is not written (a cover then reads the
+/// level below), so the aggregates never take more than 1/4 + 1/16 + 1/64,
+/// under a third, of the space of the vectors, and an aggregate always
+/// reads at most a quarter of what it replaces. Without this, the union of
+/// 16 small sparse vectors, dense once it holds over
+/// [`crate::SPARSE_MAX`] bits in a container, could take more space than
+/// they do.
+fn budget<'p>(level: usize, parts: impl Iterator<Item = VectorPart<'p>>) -> u64 {
+    parts.map(|part| part.byte_len()).sum::<u64>() >> (2 * (level + 1))
+}
+
+/// Bytes of a planned union part, as [`VectorPart::byte_len`] counts them.
+fn planned_bytes(part: &PlannedPart) -> u64 {
+    (part.dense_word_count() * 8
+        + size_of_val(part.dense_keys())
+        + size_of_val(part.sparse_keys())
+        + size_of_val(part.sparse_ends())
+        + size_of_val(part.sparse_values())) as u64
+}
+
+/// An upper bound of the bytes of the union of `parts`: every container
+/// between the smallest and the largest key, dense.
+fn union_bound<'p>(parts: impl Iterator<Item = VectorPart<'p>>) -> u64 {
+    let span = parts
+        .filter_map(|part| part.key_range())
+        .reduce(|(lo, hi), (l, h)| (lo.min(l), hi.max(h)));
+    span.map_or(0, |(lo, hi)| {
+        (u64::from(hi - lo) + 1) * (CONTAINER_WORDS * 8 + 2) as u64
+    })
+}
+
+/// What a [`Cover`] read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CoverStats {
+    /// Aggregates used, per level of [`AGGREGATE_LEVELS`].
+    pub aggregates: [u64; AGGREGATE_LEVELS.len()],
+    /// Single vector parts used.
+    pub vectors: u64,
+    /// Bytes of every part used (words, keys, ends and values): what a
+    /// union of them reads.
+    pub bytes: u64,
+}
+
+/// Parts whose union is the union of a run of vectors: see
+/// [`super::Snapshot::cover`].
+#[derive(Debug, Clone, Default)]
+pub struct Cover<'s> {
+    /// The parts: aggregates and single vector parts, from every segment.
+    pub parts: Vec<VectorPart<'s>>,
+    /// What they are and what they cost.
+    pub stats: CoverStats,
+}
+
+impl<'s> Cover<'s> {
+    fn push(&mut self, part: VectorPart<'s>, level: Option<usize>) {
+        match level {
+            Some(level) => self.stats.aggregates[level] += 1,
+            None => self.stats.vectors += 1,
+        }
+        self.stats.bytes += part.byte_len();
+        self.parts.push(part);
+    }
+
+    /// Adds the parts `segment` holds of `vids` (ascending, distinct).
+    pub(crate) fn add_segment(&mut self, segment: &'s Segment, vids: &[u64]) {
+        let held = 0..segment.vector_count();
+        if segment.has_aggregates() {
+            self.descend(segment, AGGREGATE_LEVELS.len(), vids, held);
+        } else {
+            self.singles(segment, vids, held);
+        }
+    }
+
+    /// Covers `vids`, all in one block of level `above` (anywhere when
+    /// `above` is the top), whose vectors in `segment` are the entries
+    /// `held`: block by block of the level below, with the block's aggregate
+    /// when `vids` holds every vid the segment has there, else one level
+    /// further down. Cost: O(len(vids)) per level plus a binary search per
+    /// block, whatever the width of the blocks.
+    fn descend(&mut self, segment: &'s Segment, above: usize, vids: &[u64], held: Range<usize>) {
+        let Some(level) = above.checked_sub(1) else {
+            return self.singles(segment, vids, held);
+        };
+        let width = AGGREGATE_LEVELS[level];
+        for run in vids.chunk_by(|a, b| a / width == b / width) {
+            let block = run[0] - run[0] % width;
+            let inside = segment.entries_between(held.clone(), block, block + (width - 1));
+            if inside.is_empty() {
+                continue;
+            }
+            if inside.len() >= 2
+                && asks_for_all(segment, inside.clone(), run)
+                && let Some(aggregate) = segment.aggregate(level, block)
+            {
+                self.push(aggregate, Some(level));
+                continue;
+            }
+            self.descend(segment, level, run, inside);
+        }
+    }
+
+    /// Adds the single parts of `vids` among the entries `held`.
+    fn singles(&mut self, segment: &'s Segment, vids: &[u64], held: Range<usize>) {
+        let mut from = held.start;
+        for &vid in vids {
+            let found = segment.entries_between(from..held.end, vid, vid);
+            if !found.is_empty() {
+                self.push(segment.part_at(found.start), None);
+            }
+            from = found.end;
+        }
+    }
+}
+
+/// Whether `run` (ascending) holds the vid of every entry of `held`
+/// (ascending too). O(len(run)): no more than that many entries are looked at.
+fn asks_for_all(segment: &Segment, held: Range<usize>, run: &[u64]) -> bool {
+    if held.len() > run.len() {
+        return false;
+    }
+    let mut asked = run.iter();
+    held.into_iter()
+        .all(|i| asked.any(|&vid| vid == segment.vid_at(i)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_must_name_an_aligned_block_of_a_level() {
+        assert_eq!(block_problem(0, 64), None);
+        assert!(block_problem(1, 32).unwrap().contains("not aligned"));
+        assert!(block_problem(3, 0).unwrap().contains("does not exist"));
+    }
+}
