@@ -167,11 +167,12 @@ where
 }
 
 /// The most bytes the aggregate of level `level` of a block whose vectors
-/// are `parts` may take: 1/4 of theirs at level 0, 1/16 at level 1, 1/64 at
-/// level 2. An aggregate over that is not written (a cover then reads the
-/// level below), so the aggregates never take more than 1/4 + 1/16 + 1/64,
-/// under a third, of the space of the vectors, and an aggregate always
-/// reads at most a quarter of what it replaces. Without this, the union of
+/// are the union of `parts` may take: 1/4 of theirs at level 0, 1/16 at
+/// level 1, 1/64 at level 2. An aggregate over that is not written (a cover
+/// then reads the level below), so a segment's aggregates take at most
+/// 1/4 + 1/16 + 1/64, under a third, of the bytes of the parts it was
+/// written from (its vectors, for an import), and an aggregate reads at
+/// most a quarter of what it replaces. Without this, the union of
 /// 16 small sparse vectors, dense once it holds over
 /// [`crate::SPARSE_MAX`] bits in a container, could take more space than
 /// they do.
