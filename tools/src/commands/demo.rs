@@ -5,17 +5,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 
 use anyhow::{Context, bail};
 use bitfold_engine::VectorBuf;
 use bitfold_engine::import::{self, Format, ReadError};
 use bitfold_rpc::client::Client;
-use bitfold_rpc::master::CoordinatorPolicy;
+use bitfold_rpc::local::{LocalCluster, loopback};
 use bitfold_rpc::query::{self, Query};
 
 use super::import::{Destination, import_paths};
-use super::local::{Layout, LocalCluster, numbered_cluster};
 use super::query::count;
 use super::sample::{Index, vectors_dir};
 use crate::cli::DemoArgs;
@@ -31,21 +29,18 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let index = Index::load(&sample)
         .with_context(|| "the demo needs the sample data: pass --data DIR (see data/README.md)")?;
     let dir = tempfile::tempdir().context("cannot create a temporary directory for the demo")?;
-    let (stops, _stopped) = mpsc::channel();
-    let cluster = numbered_cluster(SLAVES, REPLICAS, 0)?;
     let local = LocalCluster::start(
-        &Layout::new(dir.path()),
-        cluster,
+        dir.path(),
+        loopback(SLAVES, REPLICAS),
         "127.0.0.1:0",
-        CoordinatorPolicy::default(),
-        &stops,
+        |_| {},
     )?;
     println!(
         "Started a local cluster: a master on {} and {SLAVES} slaves, {REPLICAS} copies of every vector.",
-        local.master
+        local.master_addr()
     );
 
-    let client = Client::connect(&local.master.to_string())?;
+    let client = Client::connect(&local.master_addr().to_string())?;
     let vectors = vectors_dir(&sample);
     let imported = import_paths(
         std::slice::from_ref(&vectors),
@@ -69,7 +64,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     }
     println!();
 
-    let client = Client::connect(&local.master.to_string())?;
+    let client = Client::connect(&local.master_addr().to_string())?;
     let oracle = bit_sets(&read_vectors(&vectors)?);
     for example in &index.examples {
         let answer = count(&client, &example.query)?;
