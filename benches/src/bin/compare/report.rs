@@ -13,12 +13,17 @@ use crate::system::System;
 /// What one system did over all rounds of one workload.
 #[derive(Debug, Clone, Serialize)]
 pub struct Figures {
+    /// Median over rounds of the queries answered per second.
     pub queries_per_second: f64,
+    /// Latency percentiles (50, 95, 99) over every round's queries, in ms.
     pub p50_ms: f64,
     pub p95_ms: f64,
     pub p99_ms: f64,
+    /// Median over rounds of the vector bytes the queries read per second.
     pub bytes_per_second: f64,
+    /// CPU time per query asked (warm-up included), where measured.
     pub cpu_ms_per_query: Option<f64>,
+    /// Queries per second of each round.
     pub rounds: Vec<f64>,
 }
 
@@ -47,10 +52,15 @@ impl Figures {
 /// One workload's results.
 #[derive(Debug, Serialize)]
 pub struct Outcome {
+    /// The data set's density.
     pub density: f64,
+    /// Vids ORed by each term.
     pub vids_per_term: usize,
+    /// Queries in the list each system ran per round.
     pub queries: usize,
+    /// Mean vector bytes a query reads.
     pub bytes_per_query: f64,
+    /// Each system's figures, in table order.
     pub systems: Vec<(System, Figures)>,
     /// Medians over rounds of the per-round ratios.
     pub bitfold_over_redis: f64,
@@ -70,7 +80,7 @@ impl Outcome {
     }
 }
 
-/// The whole run, as written to `--json`.
+/// The whole run, as written to `--json`: its settings, then its outcomes.
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub redis_version: String,
@@ -82,7 +92,9 @@ pub struct Report {
     pub concurrency: usize,
     pub rounds: usize,
     pub seed: u64,
+    /// One outcome per density, at the main table's vids per term.
     pub table: Vec<Outcome>,
+    /// The chart's points: per density, one outcome per vids per term.
     pub chart: Vec<Outcome>,
 }
 
