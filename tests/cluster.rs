@@ -18,12 +18,14 @@ fn data(seed: u64) -> (Oracle, Oracle) {
     let vector = |rng: &mut Rng, vid: u64| -> Vec<u32> {
         match vid % 4 {
             // Dense: about half of the first 2^17 bits.
-            0 => (0..1u32 << 17).filter(|_| rng.next() & 1 == 1).collect(),
+            0 => (0..1u32 << 17)
+                .filter(|_| rng.next_u64() & 1 == 1)
+                .collect(),
             // About 1% of the first 2^20 bits.
             1 => (0..10_000).map(|_| rng.below(1 << 20) as u32).collect(),
             // A few bits anywhere, the top bit included sometimes.
             2 => (0..20)
-                .map(|_| rng.next() as u32)
+                .map(|_| rng.next_u64() as u32)
                 .chain((vid % 8 == 2).then_some(u32::MAX))
                 .collect(),
             // A run across a container boundary.

@@ -355,21 +355,6 @@ pub fn assert_answer(client: &Client, query: &str, expected: &BTreeSet<u32>) {
     }
 }
 
-/// splitmix64, for reproducible random test data without a dependency.
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+/// The deterministic generator of test data: the same seed gives the same
+/// data on every run and machine.
+pub use bitfold_engine::mix::SplitMix64 as Rng;

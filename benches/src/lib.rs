@@ -5,9 +5,8 @@
 //! The benchmarks themselves are in `benches/kernels.rs`; `README.md` has
 //! the measured table and the command that reproduces it.
 //!
-//! [`dataset`] and [`harness`] are the range-query workload and its
-//! measuring loop, shared by `bitfold bench` and the side-by-side
-//! comparison with Redis and roaring-rs (`src/bin/compare.rs`).
+//! The side-by-side comparison with Redis and roaring-rs (`src/bin/compare`)
+//! runs the range-query workload of `bitfold-workload`, as `bitfold bench` does.
 //!
 //! ```
 //! let w = bitfold_benches::Workload::new(3, 20, 0.01, 7);
@@ -15,9 +14,6 @@
 //! assert_eq!(w.roaring[0].len(), w.vectors[0].as_part().cardinality());
 //! ```
 #![deny(missing_docs)]
-
-pub mod dataset;
-pub mod harness;
 
 use bitfold_engine::fold::UnionPlan;
 use bitfold_engine::{CONTAINER_BITS, CONTAINER_WORDS, VectorBuf, VectorPart};

@@ -20,6 +20,7 @@
 pub mod fold;
 pub mod import;
 pub mod kernels;
+pub mod mix;
 pub mod portable;
 pub mod store;
 pub mod vector;

@@ -51,10 +51,10 @@ fn pairs_file(path: &Path, rng: &mut Rng, lines: usize, oracle: &mut Oracle) -> 
         let vid = match rng.below(10) {
             0 => u64::MAX - rng.below(3),
             1..=6 => rng.below(50),
-            _ => rng.next(),
+            _ => rng.next_u64(),
         };
         let bit = match rng.below(4) {
-            0 => rng.next() as u32,
+            0 => rng.next_u64() as u32,
             1 => u32::MAX - rng.below(2) as u32,
             _ => rng.below(300_000) as u32,
         };

@@ -83,7 +83,7 @@ impl RandomBits for Rng {
     fn bits(&mut self) -> Vec<u32> {
         let mut bits = Vec::new();
         match self.below(4) {
-            0 => bits.extend((0..1 + self.below(40)).map(|_| self.next() as u32)),
+            0 => bits.extend((0..1 + self.below(40)).map(|_| self.next_u64() as u32)),
             1 => {
                 let start = self.below(1 << 22) as u32;
                 let len = 1 + self.below(150_000) as u32;
@@ -92,7 +92,7 @@ impl RandomBits for Rng {
             2 => {
                 let key = self.below(64) as u32;
                 bits.extend((0..600).map(|i| (key << 16) | (i * 97 % 65536)));
-                bits.extend((0..5).map(|_| self.next() as u32));
+                bits.extend((0..5).map(|_| self.next_u64() as u32));
             }
             _ => bits.extend([0, u32::MAX, 65535, 65536]),
         }

@@ -84,7 +84,7 @@ fn random_appends_read_back_in_order(backend: &dyn Backend) {
     let mut all = Vec::new();
     let (mut log, _) = backend.open().unwrap();
     for _ in 0..20 {
-        let batch: Vec<u64> = (0..rng.below(50)).map(|_| rng.next()).collect();
+        let batch: Vec<u64> = (0..rng.below(50)).map(|_| rng.next_u64()).collect();
         log.append(&batch).unwrap();
         all.extend(batch);
     }

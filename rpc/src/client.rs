@@ -31,6 +31,7 @@ use crate::wire;
 
 /// The form of a query's answer (docs/protocol.md §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Format {
     /// The dense little-endian `u64` words, trailing zero words trimmed.
     Words,

@@ -31,6 +31,7 @@ mod budget;
 pub mod catalog;
 pub mod client;
 pub mod cluster;
+pub mod local;
 pub mod master;
 mod net;
 pub mod placement;

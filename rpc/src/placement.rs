@@ -2,7 +2,10 @@
 //!
 //! With `n` slaves in cluster-file order, the owners of vid `v` are slaves
 //! `j, j+1, ..., j+replicas-1 (mod n)` where
-//! `j = jump_consistent_hash(mix64(v), n)`.
+//! `j = jump_consistent_hash(fmix64(v), n)`: consecutive vids (the bins of one
+//! attribute) must spread over the slaves, and jump hash alone would put
+//! small keys in low buckets far too often, so it is fed a well-mixed key.
+//! Changing the mixer moves every vector.
 //!
 //! ```
 //! use bitfold_rpc::placement::owners;
@@ -12,20 +15,7 @@
 //! assert_eq!(o[1], (o[0] + 1) % 4);
 //! ```
 
-/// The 64-bit finaliser of MurmurHash3 (`fmix64`): a fixed bijective mixer.
-///
-/// Consecutive vids (the bins of one attribute) must spread over the slaves;
-/// jump hash alone would put small keys in low buckets far too often, so it
-/// is fed a well-mixed key. The mixer is fixed forever: changing it moves
-/// every vector.
-pub fn mix64(mut key: u64) -> u64 {
-    key ^= key >> 33;
-    key = key.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    key ^= key >> 33;
-    key = key.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    key ^= key >> 33;
-    key
-}
+use bitfold_engine::mix::fmix64;
 
 /// Jump consistent hash (Lamping & Veach, 2014): the bucket in `0..buckets`
 /// of `key`; adding a bucket at the end moves about `1/(buckets+1)` of the
@@ -57,7 +47,7 @@ pub fn jump_consistent_hash(mut key: u64, buckets: u32) -> u32 {
 /// If `slaves` is zero or does not fit in `u32`.
 pub fn primary(vid: u64, slaves: usize) -> usize {
     let buckets = u32::try_from(slaves).expect("at most 2^32 - 1 slaves");
-    jump_consistent_hash(mix64(vid), buckets) as usize
+    jump_consistent_hash(fmix64(vid), buckets) as usize
 }
 
 /// The owners of `vid`, primary first: `replicas` consecutive slave indices (mod `slaves`).
@@ -148,13 +138,6 @@ mod tests {
                 "key {key} over {buckets} buckets"
             );
         }
-    }
-
-    #[test]
-    fn mix64_is_murmur3_fmix64() {
-        assert_eq!(mix64(0), 0);
-        assert_eq!(mix64(1), 0xb456_bcfc_34c2_cb2c);
-        assert_ne!(mix64(2), mix64(3));
     }
 
     #[test]

@@ -72,7 +72,7 @@ fn queries_match_the_oracle(replicas: usize) {
     }
     // Every vector is held by exactly `replicas` slaves.
     let held: u64 = cluster
-        .stores
+        .stores()
         .iter()
         .map(|s| s.snapshot().vector_count())
         .sum();
@@ -423,7 +423,7 @@ fn the_catalog_is_rebuilt_from_the_slaves() {
     let mut cluster = TestCluster::start(4, 2);
     let mut oracle = Oracle::default();
     import(&cluster.client(), &mut oracle, &data());
-    std::fs::remove_file(cluster.data_dir.path().join("catalog.log")).unwrap();
+    std::fs::remove_file(cluster.master_dir().join("catalog.log")).unwrap();
     cluster.restart_master();
     check(
         &cluster.client(),

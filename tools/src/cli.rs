@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use bitfold_rpc::client::Format;
 use bitfold_rpc::master::{CoordinatorPolicy, PlanChoice};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -242,8 +243,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub vids_per_term: usize,
     /// The form answers are asked in.
-    #[arg(long, value_enum, default_value_t = BenchForm::Count)]
-    pub form: BenchForm,
+    #[arg(long, value_enum, default_value_t = Format::Count)]
+    pub form: Format,
     /// Queries in flight at once, each from its own client connection.
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub concurrency: usize,
@@ -270,17 +271,6 @@ Examples:
   bitfold bench --density 1% --duration 30s --json
   bitfold bench --vectors 16 --bits 2^26 --terms 1 --vids-per-term 4 --form words
   bitfold bench --master 127.0.0.1:7100 --first-vid 1000000   # load into and query a running cluster";
-
-/// `--form` of `bitfold bench`: the answer form, as the DBMS interface names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BenchForm {
-    /// The number of set bits only.
-    Count,
-    /// The dense little-endian words.
-    Words,
-    /// The portable Roaring serialization.
-    Roaring,
-}
 
 /// Parses a bit count: `1048576` or `2^20`.
 pub fn parse_bits(text: &str) -> Result<u64, String> {

@@ -469,12 +469,7 @@ impl std::hash::Hasher for VidHasher {
     }
 
     fn write_u64(&mut self, vid: u64) {
-        let mut h = self.0 ^ vid;
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        self.0 = h ^ (h >> 33);
+        self.0 = crate::mix::fmix64(self.0 ^ vid);
     }
 
     fn finish(&self) -> u64 {

@@ -1,5 +1,5 @@
-//! An in-process cluster on 127.0.0.1: real servers in threads of the test,
-//! on free ports, stopped when the cluster is dropped (even on failure).
+//! An in-process cluster on 127.0.0.1 (a [`LocalCluster`] on free ports,
+//! stopped when dropped, even on failure), and an oracle to check answers by.
 
 #![allow(dead_code)]
 
@@ -7,82 +7,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bitfold_engine::store::Store;
 use bitfold_engine::{VectorBuf, portable};
 use bitfold_rpc::client::{Answer, Client, Format};
-use bitfold_rpc::cluster::{ClusterConfig, SlaveEntry};
-use bitfold_rpc::master::{self, MasterOptions};
-use bitfold_rpc::slave::{self, SlaveOptions};
-use futures::channel::oneshot;
-
-/// A server thread and the switch that stops it.
-struct Server {
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Server {
-    fn stop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            thread.join().expect("a server thread panicked");
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn spawn_server(
-    name: &str,
-    serve: impl FnOnce(Box<dyn FnOnce(SocketAddr) + Send>, oneshot::Receiver<()>) + Send + 'static,
-) -> (Server, SocketAddr) {
-    let (ready, addr) = mpsc::channel();
-    let (stop, stopped) = oneshot::channel();
-    let thread = std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(move || {
-            serve(
-                Box::new(move |addr| ready.send(addr).expect("the test waits")),
-                stopped,
-            )
-        })
-        .unwrap();
-    let addr = addr
-        .recv_timeout(Duration::from_secs(20))
-        .expect("the server became ready");
-    (
-        Server {
-            stop: Some(stop),
-            thread: Some(thread),
-        },
-        addr,
-    )
-}
-
-fn start_slave(store: Arc<Store>, listen: String) -> (Server, SocketAddr) {
-    spawn_server("slave", move |ready, stopped| {
-        let options = SlaveOptions::new(listen, PathBuf::new());
-        slave::serve_store(store, &options, ready, async {
-            let _ = stopped.await;
-        })
-        .expect("the slave serves");
-    })
-}
+use bitfold_rpc::cluster::ClusterConfig;
+use bitfold_rpc::local::{LocalCluster, Server, loopback};
+use bitfold_rpc::master::MasterOptions;
 
 /// A listener that accepts connections and never answers: a hung slave
 /// (as under SIGSTOP: connections open, no reply ever).
-fn start_hang(addr: SocketAddr) -> (Server, SocketAddr) {
-    spawn_server("hung slave", move |ready, stopped| {
+fn start_hang(addr: SocketAddr) -> Server {
+    Server::spawn("hung slave", move |ready, stopped| {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -103,32 +40,31 @@ fn start_hang(addr: SocketAddr) -> (Server, SocketAddr) {
             };
             tokio::select! {
                 () = accept => {}
-                _ = stopped => {}
+                () = stopped => {}
             }
         });
+        Ok(())
     })
+    .expect("the hung slave listens")
 }
 
 /// Options for the tests: shorter timeouts so that hung slaves are found
 /// quickly, yet long enough for a loaded machine to answer small queries.
-pub fn test_options(cluster: ClusterConfig, data_dir: PathBuf) -> MasterOptions {
-    let mut options = MasterOptions::new("127.0.0.1:0", cluster, data_dir);
+pub fn test_options(options: &mut MasterOptions) {
     options.rpc_timeout = Duration::from_secs(3);
     options.query_timeout = Duration::from_secs(20);
     options.probe_interval = Duration::from_millis(100);
-    options
 }
 
-/// Slaves (stores in temporary directories) and a master with a temporary data dir.
+/// A [`LocalCluster`] in a temporary directory, and the listeners that
+/// stand in for hung slaves.
 pub struct TestCluster {
-    pub stores: Vec<Arc<Store>>,
+    local: LocalCluster,
+    hung: Vec<Option<Server>>,
     pub addrs: Vec<SocketAddr>,
-    slaves: Vec<Server>,
-    master: Option<Server>,
-    pub master_addr: SocketAddr,
     pub config: ClusterConfig,
-    pub data_dir: tempfile::TempDir,
-    _store_dirs: Vec<tempfile::TempDir>,
+    pub root: tempfile::TempDir,
+    _empty_stores: Vec<tempfile::TempDir>,
 }
 
 impl TestCluster {
@@ -141,107 +77,81 @@ impl TestCluster {
         replicas: usize,
         tune: impl FnOnce(&mut MasterOptions),
     ) -> TestCluster {
-        let store_dirs: Vec<tempfile::TempDir> =
-            (0..slaves).map(|_| tempfile::tempdir().unwrap()).collect();
-        let stores: Vec<Arc<Store>> = store_dirs
+        let root = tempfile::tempdir().unwrap();
+        let local = LocalCluster::start(
+            root.path(),
+            loopback(slaves, replicas),
+            "127.0.0.1:0",
+            |o| {
+                test_options(o);
+                tune(o);
+            },
+        )
+        .expect("the cluster starts");
+        let config = local.cluster().clone();
+        let addrs = config
+            .slaves
             .iter()
-            .map(|dir| Arc::new(Store::open(dir.path()).expect("a fresh store opens")))
+            .map(|s| s.addr.parse().unwrap())
             .collect();
-        let mut servers = Vec::new();
-        let mut addrs = Vec::new();
-        for store in &stores {
-            let (server, addr) = start_slave(store.clone(), "127.0.0.1:0".into());
-            servers.push(server);
-            addrs.push(addr);
-        }
-        let config = ClusterConfig {
-            group: 1,
-            replicas,
-            slaves: addrs
-                .iter()
-                .enumerate()
-                .map(|(i, addr)| SlaveEntry {
-                    name: format!("s{i}"),
-                    addr: addr.to_string(),
-                })
-                .collect(),
-        };
-        let data_dir = tempfile::tempdir().unwrap();
-        let mut options = test_options(config.clone(), data_dir.path().to_owned());
-        tune(&mut options);
-        let (master, master_addr) = start_master(options);
         TestCluster {
-            stores,
+            local,
+            hung: (0..slaves).map(|_| None).collect(),
             addrs,
-            slaves: servers,
-            master: Some(master),
-            master_addr,
             config,
-            data_dir,
-            _store_dirs: store_dirs,
+            root,
+            _empty_stores: Vec::new(),
         }
     }
 
     pub fn client(&self) -> Client {
-        Client::connect(&self.master_addr.to_string()).expect("the master answers")
+        Client::connect(&self.local.master_addr().to_string()).expect("the master answers")
+    }
+
+    /// The store each slave serves.
+    pub fn stores(&self) -> &[Arc<Store>] {
+        self.local.stores()
+    }
+
+    /// The master's data directory.
+    pub fn master_dir(&self) -> PathBuf {
+        LocalCluster::master_dir(self.root.path())
     }
 
     /// Stops slave `i` and puts a listener that never answers in its place.
     pub fn hang_slave(&mut self, i: usize) {
-        self.slaves[i].stop();
-        let (hung, _) = start_hang(self.addrs[i]);
-        self.slaves[i] = hung;
+        self.stop_slave(i);
+        self.hung[i] = Some(start_hang(self.addrs[i]));
     }
 
     /// Stops slave `i` (its port refuses connections).
     pub fn stop_slave(&mut self, i: usize) {
-        self.slaves[i].stop();
+        self.hung[i] = None;
+        self.local.stop_slave(i).expect("the slave stops cleanly");
     }
 
     /// Starts slave `i` again on its address, with the store it had.
     pub fn restart_slave(&mut self, i: usize) {
-        self.slaves[i].stop();
-        let (server, _) = start_slave(self.stores[i].clone(), self.addrs[i].to_string());
-        self.slaves[i] = server;
+        self.hung[i] = None;
+        self.local.restart_slave(i).expect("the slave starts again");
     }
 
     /// Starts slave `i` again on its address with an empty store (its data lost).
     pub fn restart_slave_empty(&mut self, i: usize) {
         let dir = tempfile::tempdir().unwrap();
-        self.stores[i] = Arc::new(Store::open(dir.path()).unwrap());
-        self._store_dirs.push(dir);
-        self.restart_slave(i);
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        self._empty_stores.push(dir);
+        self.hung[i] = None;
+        self.local
+            .restart_slave_with(i, store)
+            .expect("the slave starts again");
     }
 
     /// Stops the master and starts a new one on the same data directory.
     pub fn restart_master(&mut self) {
-        if let Some(mut master) = self.master.take() {
-            master.stop();
-        }
-        let options = test_options(self.config.clone(), self.data_dir.path().to_owned());
-        let (master, addr) = start_master(options);
-        self.master = Some(master);
-        self.master_addr = addr;
-    }
-}
-
-fn start_master(options: MasterOptions) -> (Server, SocketAddr) {
-    spawn_server("master", move |ready, stopped| {
-        master::run_until(options, ready, async {
-            let _ = stopped.await;
-        })
-        .expect("the master serves");
-    })
-}
-
-impl Drop for TestCluster {
-    fn drop(&mut self) {
-        if let Some(mut master) = self.master.take() {
-            master.stop();
-        }
-        for slave in &mut self.slaves {
-            slave.stop();
-        }
+        self.local
+            .restart_master()
+            .expect("the master starts again");
     }
 }
 

@@ -4,21 +4,21 @@
 //! of vectors read per second.
 
 use std::path::Path;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bitfold_rpc::client::{Answer, Client, Format};
+use bitfold_rpc::local::LocalCluster;
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use serde::Serialize;
 
 use super::demo::read_vectors;
 use super::import::{Destination, import_paths};
-use super::local::{Layout, LocalCluster, numbered_cluster};
-use crate::cli::{BenchArgs, BenchForm};
-use bitfold_benches::dataset::{self, DataSet, Shape, part_bytes};
-use bitfold_benches::harness::{self, Limit, Measured, Plan, Reply, process_cpu};
+use super::local::numbered_cluster;
+use crate::cli::BenchArgs;
+use bitfold_workload::dataset::{self, DataSet, Shape, part_bytes};
+use bitfold_workload::harness::{self, BenchSettings, Limit, Measured, Reply, process_cpu};
 
 /// Queries a run makes when neither `--queries` nor `--duration` is given.
 const DEFAULT_QUERIES: u64 = 1000;
@@ -31,7 +31,7 @@ const LOAD_BATCH_BYTES: u64 = 64 << 20;
 
 /// Runs `bitfold bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let plan = Plan {
+    let settings = BenchSettings {
         concurrency: args.concurrency,
         warmup: args.warmup,
         limit: match args.duration {
@@ -39,7 +39,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             None => Limit::Queries(args.queries.unwrap_or(DEFAULT_QUERIES)),
         },
     };
-    check_plan(&plan)?;
+    check_settings(&settings)?;
     let shape = Shape {
         terms: args.terms,
         vids_per_term: args.vids_per_term,
@@ -62,23 +62,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     dataset::queries(usize::try_from(vectors)?, shape, 0, args.seed).map_err(anyhow::Error::msg)?;
 
     let dir = tempfile::tempdir().context("cannot create a directory for the local cluster")?;
-    let (stops, _stopped) = mpsc::channel();
+    // A local cluster serves until the run ends, when it is dropped.
+    let mut local = None;
     let (master, cluster) = match &args.master {
         Some(master) => (master.clone(), format!("the cluster at {master}")),
         None => {
             let config = numbered_cluster(args.slaves, args.replicas, 0)?;
-            let local = LocalCluster::start(
-                &Layout::new(dir.path()),
+            let policy = args.policy;
+            let started = local.insert(LocalCluster::start(
+                dir.path(),
                 config,
                 "127.0.0.1:0",
-                args.policy,
-                &stops,
-            )?;
+                |o| o.policy = policy,
+            )?);
             let description = format!(
-                "a local cluster of {} slaves ({} coordinators)",
-                args.slaves, args.policy
+                "a local cluster of {} slaves ({policy} coordinators)",
+                args.slaves,
             );
-            (local.master.to_string(), description)
+            (started.master_addr().to_string(), description)
         }
     };
 
@@ -89,19 +90,19 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     };
     drop(client);
 
-    let list_len = match plan.limit {
-        Limit::Queries(count) => (plan.warmup + count).min(MOST_DISTINCT_QUERIES),
+    let list_len = match settings.limit {
+        Limit::Queries(count) => (settings.warmup + count).min(MOST_DISTINCT_QUERIES),
         Limit::Time(_) => MOST_DISTINCT_QUERIES,
     };
     let queries = dataset::queries(catalog.vids.len(), shape, list_len as usize, args.seed)
         .map_err(anyhow::Error::msg)?;
     let messages: Vec<String> = queries.iter().map(|q| q.message(&catalog.vids)).collect();
-    let form = format(args.form);
-    let bar = progress_bar(plan.limit);
+    let form = args.form;
+    let bar = progress_bar(settings.limit);
     let cpu_before = process_cpu();
     let measured = harness::run(
         messages.len(),
-        plan,
+        settings,
         || Client::connect(&master).map_err(anyhow::Error::from),
         |client, i| {
             let answer = client
@@ -135,7 +136,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut report = Report::new(&args, &catalog, &measured);
     if args.master.is_none() {
         // The whole cluster runs in this process: its CPU time is the cluster's.
-        let asked = measured.queries + plan.warmup;
+        let asked = measured.queries + settings.warmup;
         report.cpu_ms_per_query = Some(cpu.as_secs_f64() * 1e3 / asked.max(1) as f64);
     }
     if args.json {
@@ -146,22 +147,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn check_plan(plan: &Plan) -> anyhow::Result<()> {
-    if plan.concurrency == 0 {
+fn check_settings(settings: &BenchSettings) -> anyhow::Result<()> {
+    if settings.concurrency == 0 {
         bail!("--concurrency must be at least 1");
     }
-    match plan.limit {
+    match settings.limit {
         Limit::Queries(0) => bail!("--queries must be at least 1"),
         Limit::Time(time) if time.is_zero() => bail!("--duration must be more than zero"),
         _ => Ok(()),
-    }
-}
-
-fn format(form: BenchForm) -> Format {
-    match form {
-        BenchForm::Count => Format::Count,
-        BenchForm::Words => Format::Words,
-        BenchForm::Roaring => Format::Roaring,
     }
 }
 
@@ -332,9 +325,9 @@ impl Report {
             terms: args.terms,
             vids_per_term: args.vids_per_term,
             form: match args.form {
-                BenchForm::Count => "count",
-                BenchForm::Words => "words",
-                BenchForm::Roaring => "roaring",
+                Format::Count => "count",
+                Format::Words => "words",
+                Format::Roaring => "roaring",
             },
             concurrency: args.concurrency,
             queries: measured.queries,

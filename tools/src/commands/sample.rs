@@ -7,6 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use bitfold_engine::mix::SplitMix64;
 use bitfold_engine::{VectorBuf, portable};
 use serde::{Deserialize, Serialize};
 
@@ -100,21 +101,14 @@ pub fn write(dir: &Path) -> anyhow::Result<usize> {
     Ok(vectors.len())
 }
 
-/// splitmix64: a tiny, fixed generator, so the sample never changes with a dependency.
-struct Rng(u64);
+/// The sample's generator: splitmix64 (fixed, so the sample never changes
+/// with a dependency) and the draws the sample makes from it.
+struct Rng(SplitMix64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
     /// A uniform number in `0..n`.
     fn below(&mut self, n: u32) -> u32 {
-        (((self.next() >> 32) * u64::from(n)) >> 32) as u32
+        (((self.0.next_u64() >> 32) * u64::from(n)) >> 32) as u32
     }
 
     /// An index drawn with the given weights.
@@ -203,7 +197,7 @@ pub fn generate() -> (Index, Vec<(u64, VectorBuf)>) {
             Some(first)
         })
         .collect();
-    let mut rng = Rng(SEED);
+    let mut rng = Rng(SplitMix64(SEED));
     let age_span = AGES.end() - AGES.start() + 1;
     for row in 0..ROWS {
         // Ages bunch in the middle (the mean of two uniform draws).

@@ -1,74 +1,80 @@
 //! `bitfold up`: a whole local cluster in the foreground until Ctrl-C or SIGTERM.
 
 use std::fs;
+use std::path::Path;
 use std::sync::mpsc;
 use std::thread;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bitfold_rpc::cluster::ClusterConfig;
-use bitfold_rpc::master::CoordinatorPolicy;
+use bitfold_rpc::local::LocalCluster;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use super::local::{Layout, LocalCluster, Stop, numbered_cluster};
+use super::local::numbered_cluster;
 use crate::cli::UpArgs;
 
 /// Starts the cluster described by `args` (or the one already in `--dir`) and serves until stopped.
 pub fn run(args: UpArgs) -> anyhow::Result<()> {
-    let (stops, stopped) = mpsc::channel();
+    let (signal, signalled) = mpsc::channel();
     let mut signals = Signals::new([SIGINT, SIGTERM]).context("cannot watch for Ctrl-C")?;
-    let signal_stops = stops.clone();
     thread::spawn(move || {
         if signals.forever().next().is_some() {
-            let _ = signal_stops.send(Stop::Signal);
+            let _ = signal.send(());
         }
     });
 
     fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create the cluster directory {}", args.dir.display()))?;
-    let layout = Layout::new(&args.dir);
-    let cluster = cluster_for(&args, &layout)?;
-    let local = LocalCluster::start(
-        &layout,
+    let cluster = cluster_for(&args)?;
+    let mut local = LocalCluster::start(
+        &args.dir,
         cluster,
         &format!("127.0.0.1:{}", args.port),
-        CoordinatorPolicy::default(),
-        &stops,
+        |_| {},
     )?;
+    let cluster = local.cluster().clone();
 
     println!(
         "{} slaves, {} cop{} of every vector, data in {}",
-        local.cluster.slaves.len(),
-        local.cluster.replicas,
-        if local.cluster.replicas == 1 {
-            "y"
-        } else {
-            "ies"
-        },
+        cluster.slaves.len(),
+        cluster.replicas,
+        if cluster.replicas == 1 { "y" } else { "ies" },
         args.dir.display()
     );
-    for slave in &local.cluster.slaves {
+    for slave in &cluster.slaves {
         println!("slave {} listening on {}", slave.name, slave.addr);
     }
-    println!("master listening on {}", local.master);
+    println!("master listening on {}", local.master_addr());
     println!("press Ctrl-C to stop");
 
-    match stopped.recv() {
-        Ok(Stop::Failed(err)) => Err(err),
-        Ok(Stop::Signal) | Err(_) => {
-            println!("stopped");
-            Ok(())
+    loop {
+        match signalled.recv_timeout(FAILURE_CHECK_INTERVAL) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if let Some(failure) = local.failure() {
+                    return Err(failure.into());
+                }
+            }
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                local.stop()?;
+                println!("stopped");
+                return Ok(());
+            }
         }
     }
 }
+
+/// How often the foreground checks that every server still serves.
+const FAILURE_CHECK_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Slaves of a new cluster when `--slaves` is not given.
 const DEFAULT_SLAVES: usize = 3;
 
 /// The cluster file already in the directory (the flags, if given, must
 /// agree with it), or a new one written there.
-fn cluster_for(args: &UpArgs, layout: &Layout) -> anyhow::Result<ClusterConfig> {
-    let file = layout.cluster_file();
+fn cluster_for(args: &UpArgs) -> anyhow::Result<ClusterConfig> {
+    let file = cluster_file(&args.dir);
     if file.exists() {
         let cluster = ClusterConfig::load(&file)?;
         let slaves_differ = args.slaves.is_some_and(|n| n != cluster.slaves.len());
@@ -96,4 +102,9 @@ fn cluster_for(args: &UpArgs, layout: &Layout) -> anyhow::Result<ClusterConfig> 
     fs::write(&file, cluster.to_toml())
         .with_context(|| format!("cannot write the cluster file {}", file.display()))?;
     Ok(cluster)
+}
+
+/// The cluster file of the cluster under `dir`.
+fn cluster_file(dir: &Path) -> std::path::PathBuf {
+    dir.join("cluster.toml")
 }

@@ -9,6 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use bitfold_workload::dataset::Query;
+use bitfold_workload::harness::Reply;
 
 /// A `redis-server` child process, killed when dropped.
 pub struct Server {
@@ -202,6 +204,58 @@ impl Redis {
             }
         }
         Ok(last)
+    }
+}
+
+/// The Redis key of vector `vid`.
+pub fn key(vid: u64) -> String {
+    format!("v{vid}")
+}
+
+/// Redis's most keys per `BITOP` on its fast path.
+const REDIS_FAST_KEYS: usize = 16;
+
+/// One query in Redis, pipelined: per term, `BITOP OR` of at most 16 keys
+/// at a time, then of the groups (again by 16); `BITOP AND` of the terms;
+/// `BITCOUNT`. Scratch keys are the connection's own.
+pub fn count(
+    connection: &mut Redis,
+    prefix: &str,
+    vids: &[u64],
+    query: &Query,
+) -> anyhow::Result<Reply> {
+    let mut commands = 0;
+    let mut terms = Vec::with_capacity(query.terms.len());
+    for (t, term) in query.terms.iter().enumerate() {
+        let mut keys: Vec<String> = term.clone().map(|i| key(vids[i])).collect();
+        let mut level = 0;
+        while keys.len() > 1 {
+            let mut next = Vec::new();
+            for (g, group) in keys.chunks(REDIS_FAST_KEYS).enumerate() {
+                let dest = format!("{prefix}:{t}:{level}:{g}");
+                let mut command: Vec<&[u8]> = vec![b"BITOP", b"OR", dest.as_bytes()];
+                command.extend(group.iter().map(|k| k.as_bytes()));
+                connection.send(&command)?;
+                commands += 1;
+                next.push(dest);
+            }
+            keys = next;
+            level += 1;
+        }
+        terms.push(keys.pop().expect("a term names at least one vid"));
+    }
+    let result = format!("{prefix}:and");
+    let mut command: Vec<&[u8]> = vec![b"BITOP", b"AND", result.as_bytes()];
+    command.extend(terms.iter().map(|k| k.as_bytes()));
+    connection.send(&command)?;
+    connection.send(&[b"BITCOUNT", result.as_bytes()])?;
+    connection.flush()?;
+    match connection.read_replies(commands + 2)? {
+        Value::Integer(count) => Ok(Reply {
+            answer: u64::try_from(count)?,
+            bytes: 0,
+        }),
+        other => bail!("BITCOUNT answered {other:?}"),
     }
 }
 

@@ -8,6 +8,7 @@
 
 use std::ops::Range;
 
+use bitfold_engine::mix::SplitMix64;
 use bitfold_engine::{CONTAINER_BITS, CONTAINER_WORDS, VectorBuf, VectorPart};
 
 /// A generated data set.
@@ -65,7 +66,9 @@ impl DataSet {
 
     /// Vector `index`, the same for the same seed on every machine.
     pub fn vector(&self, index: u64) -> VectorBuf {
-        let mut rng = SplitMix(mix(self.seed ^ mix(index)));
+        let mut rng = SplitMix64(SplitMix64::finalise(
+            self.seed ^ SplitMix64::finalise(index),
+        ));
         if self.density >= WORDWISE_DENSITY {
             wordwise(&mut rng, self.bits, self.density)
         } else {
@@ -76,7 +79,7 @@ impl DataSet {
 
 /// Each word from random words combined so that each bit is set with
 /// probability `density` rounded to 16 binary digits.
-fn wordwise(rng: &mut SplitMix, bits: u64, density: f64) -> VectorBuf {
+fn wordwise(rng: &mut SplitMix64, bits: u64, density: f64) -> VectorBuf {
     let scaled = (density * 65536.0).round() as u32;
     let mut buf = VectorBuf::new();
     let mut words = [0u64; CONTAINER_WORDS];
@@ -106,7 +109,7 @@ fn wordwise(rng: &mut SplitMix, bits: u64, density: f64) -> VectorBuf {
 /// A word whose bits are each set with probability `scaled / 65536`: read
 /// the binary digits of the probability from the last one up, ORing a
 /// random word in for a 1 and ANDing one in for a 0.
-fn biased_word(rng: &mut SplitMix, scaled: u32) -> u64 {
+fn biased_word(rng: &mut SplitMix64, scaled: u32) -> u64 {
     if scaled >= 1 << 16 {
         return u64::MAX;
     }
@@ -115,7 +118,7 @@ fn biased_word(rng: &mut SplitMix, scaled: u32) -> u64 {
     }
     let mut word = 0;
     for digit in scaled.trailing_zeros()..16 {
-        let random = rng.next();
+        let random = rng.next_u64();
         word = if scaled & (1 << digit) != 0 {
             word | random
         } else {
@@ -126,13 +129,13 @@ fn biased_word(rng: &mut SplitMix, scaled: u32) -> u64 {
 }
 
 /// Bits drawn exactly: the gap before the next set bit is geometric.
-fn by_gaps(rng: &mut SplitMix, bits: u64, density: f64) -> VectorBuf {
+fn by_gaps(rng: &mut SplitMix64, bits: u64, density: f64) -> VectorBuf {
     let scale = 1.0 / (1.0 - density).ln();
     let mut positions = Vec::with_capacity((bits as f64 * density * 1.1) as usize + 16);
     let mut next: u64 = 0;
     loop {
         // Uniform in (0, 1]: the logarithm is finite.
-        let uniform = ((rng.next() >> 11) + 1) as f64 / (1u64 << 53) as f64;
+        let uniform = ((rng.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64;
         let gap = (uniform.ln() * scale).floor();
         if gap >= (bits - next) as f64 {
             break;
@@ -145,23 +148,6 @@ fn by_gaps(rng: &mut SplitMix, bits: u64, density: f64) -> VectorBuf {
         }
     }
     VectorBuf::from_sorted_bits(&positions)
-}
-
-/// splitmix64: tiny and fixed, so the data set never changes with a dependency.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix(self.0)
-    }
-}
-
-/// The splitmix64 finaliser.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// Bytes of a vector in bitfold's form that a fold reads: dense words and
@@ -223,12 +209,12 @@ pub fn queries(vids: usize, shape: Shape, count: usize, seed: u64) -> Result<Vec
         ));
     }
     let starts = (vids - shape.vids_per_term + 1) as u64;
-    let mut rng = SplitMix(mix(seed ^ 0x7175_6572_7965_7321));
+    let mut rng = SplitMix64(SplitMix64::finalise(seed ^ 0x7175_6572_7965_7321));
     Ok((0..count)
         .map(|_| Query {
             terms: (0..shape.terms)
                 .map(|_| {
-                    let start = (rng.next() % starts) as usize;
+                    let start = (rng.next_u64() % starts) as usize;
                     start..start + shape.vids_per_term
                 })
                 .collect(),

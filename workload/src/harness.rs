@@ -24,7 +24,7 @@ pub enum Limit {
 
 /// How a run is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Plan {
+pub struct BenchSettings {
     /// Queries in flight at once: one thread and one connection each.
     pub concurrency: usize,
     /// Unmeasured queries first (shared between the threads).
@@ -95,13 +95,13 @@ pub struct Reply {
     pub bytes: u64,
 }
 
-/// Runs `plan` over a list of `list` queries. `connect` opens one thread's
+/// Runs a benchmark made as `settings` says over a list of `list` queries. `connect` opens one thread's
 /// connection; `ask(connection, i)` answers list query `i`; `weigh(i)` is
 /// the bytes query `i` must read; `progress(n)` is told how many measured
 /// queries have finished. The first error stops every thread and is returned.
 pub fn run<C, E>(
     list: usize,
-    plan: Plan,
+    settings: BenchSettings,
     connect: impl Fn() -> Result<C, E> + Sync,
     ask: impl Fn(&mut C, usize) -> Result<Reply, E> + Sync,
     weigh: impl Fn(usize) -> u64 + Sync,
@@ -111,8 +111,8 @@ where
     E: Send,
 {
     assert!(list > 0, "a run needs at least one query");
-    let threads = plan.concurrency.max(1);
-    let next = AtomicU64::new(plan.warmup);
+    let threads = settings.concurrency.max(1);
+    let next = AtomicU64::new(settings.warmup);
     let done = AtomicU64::new(0);
     let failed = AtomicBool::new(false);
     let start_line = Barrier::new(threads);
@@ -128,7 +128,7 @@ where
                     let outcome = (|| {
                         let mut connection = connect()?;
                         // Warm-up query n goes to thread n % threads.
-                        for n in (t as u64..plan.warmup).step_by(threads) {
+                        for n in (t as u64..settings.warmup).step_by(threads) {
                             let i = (n % list as u64) as usize;
                             seen.answers.push((i, ask(&mut connection, i)?.answer));
                         }
@@ -147,8 +147,8 @@ where
                     let mut finished = start;
                     while !failed.load(Ordering::Relaxed) {
                         let n = next.fetch_add(1, Ordering::Relaxed);
-                        let within = match plan.limit {
-                            Limit::Queries(count) => n < plan.warmup + count,
+                        let within = match settings.limit {
+                            Limit::Queries(count) => n < settings.warmup + count,
                             Limit::Time(time) => start.elapsed() < time,
                         };
                         if !within {
@@ -279,14 +279,14 @@ mod tests {
     #[test]
     fn a_run_asks_each_query_and_keeps_its_answer() {
         let asked = Mutex::new(Vec::new());
-        let plan = Plan {
+        let settings = BenchSettings {
             concurrency: 3,
             warmup: 4,
             limit: Limit::Queries(25),
         };
         let measured = run(
             10,
-            plan,
+            settings,
             || Ok::<_, String>(()),
             |_, i| {
                 asked.lock().unwrap().push(i);
@@ -327,14 +327,14 @@ mod tests {
 
     #[test]
     fn a_timed_run_stops() {
-        let plan = Plan {
+        let settings = BenchSettings {
             concurrency: 2,
             warmup: 0,
             limit: Limit::Time(Duration::from_millis(30)),
         };
         let measured = run(
             3,
-            plan,
+            settings,
             || Ok::<_, String>(()),
             |_, _| {
                 thread::sleep(Duration::from_millis(1));
@@ -351,14 +351,14 @@ mod tests {
     #[test]
     fn different_answers_to_the_same_query_are_caught() {
         let calls = AtomicU64::new(0);
-        let plan = Plan {
+        let settings = BenchSettings {
             concurrency: 1,
             warmup: 0,
             limit: Limit::Queries(4),
         };
         let measured = run(
             2,
-            plan,
+            settings,
             || Ok::<_, String>(()),
             |_, i| {
                 Ok(reply(if i == 1 {
@@ -377,7 +377,7 @@ mod tests {
 
     #[test]
     fn the_first_error_stops_the_run() {
-        let plan = Plan {
+        let settings = BenchSettings {
             concurrency: 2,
             warmup: 0,
             limit: Limit::Queries(1_000_000),
@@ -385,7 +385,7 @@ mod tests {
         let asked = AtomicU64::new(0);
         let outcome = run(
             5,
-            plan,
+            settings,
             || Ok(()),
             |_, i| {
                 asked.fetch_add(1, Ordering::Relaxed);
@@ -402,7 +402,7 @@ mod tests {
         assert!(asked.load(Ordering::Relaxed) < 100);
         let refused = run(
             5,
-            plan,
+            settings,
             || Err::<(), _>("cannot connect".to_string()),
             |_, _| Ok(reply(0)),
             |_| 0,
