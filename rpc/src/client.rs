@@ -191,6 +191,25 @@ pub struct SlaveStatus {
     pub reason: Option<String>,
 }
 
+/// Bytes the slaves of a cluster read and sent, added up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Bytes of stored vectors their folds read.
+    pub read_bytes: u64,
+    /// Bytes they sent to other processes.
+    pub sent_bytes: u64,
+}
+
+impl Traffic {
+    /// What was read and sent after `before`.
+    pub fn since(self, before: Traffic) -> Traffic {
+        Traffic {
+            read_bytes: self.read_bytes.saturating_sub(before.read_bytes),
+            sent_bytes: self.sent_bytes.saturating_sub(before.sent_bytes),
+        }
+    }
+}
+
 /// The most vector bytes one import message carries; a larger batch is
 /// sent as several messages (a single vector may exceed it, in its own).
 const IMPORT_MESSAGE_BYTES: usize = 64 << 20;
@@ -292,6 +311,16 @@ impl Client {
             self.call(|reply| Call::Import { message, reply })?;
         }
         Ok(())
+    }
+
+    /// What every slave has read and sent since it started, added up (from
+    /// [`Client::status`]): the difference of two calls is what happened between.
+    pub fn traffic(&self) -> Result<Traffic, Error> {
+        let slaves = self.status()?;
+        Ok(Traffic {
+            read_bytes: slaves.iter().map(|s| s.read_bytes).sum(),
+            sent_bytes: slaves.iter().map(|s| s.sent_bytes).sum(),
+        })
     }
 
     /// The state of every slave, in cluster file order.

@@ -221,6 +221,12 @@ pub struct BenchArgs {
     /// How the local cluster's master picks each query's coordinator.
     #[arg(long, value_enum, default_value_t = CoordinatorPolicy::RoundRobin, conflicts_with = "master")]
     pub policy: CoordinatorPolicy,
+    /// How the local cluster's coordinators gather each term's vector.
+    #[arg(long, value_enum, default_value_t = PlanChoice::Auto, conflicts_with = "master")]
+    pub plan: PlanChoice,
+    /// Consecutive vids the local cluster places together (a power of two).
+    #[arg(long, value_name = "N", default_value_t = bitfold_rpc::cluster::DEFAULT_GROUP, conflicts_with = "master")]
+    pub group: u64,
     /// Take the data set from a directory of `<vid>.roaring` files instead of generating it.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["vectors", "bits", "density", "first_vid"])]
     pub data: Option<PathBuf>,

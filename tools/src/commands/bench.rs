@@ -1,7 +1,7 @@
 //! `bitfold bench`: load a data set into a cluster (a local one started for
 //! the run, or `--master`), run a workload of large range queries from
-//! several clients, and report queries/s, latency percentiles and the bytes
-//! of vectors read per second.
+//! several clients, and report queries/s, latency percentiles, the bytes of
+//! vectors the queries name, and the bytes the slaves read and sent per query.
 
 use std::path::Path;
 use std::time::Duration;
@@ -67,17 +67,22 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let (master, cluster) = match &args.master {
         Some(master) => (master.clone(), format!("the cluster at {master}")),
         None => {
-            let config = numbered_cluster(args.slaves, args.replicas, 0)?;
-            let policy = args.policy;
+            let mut config = numbered_cluster(args.slaves, args.replicas, 0)?;
+            config.group = args.group;
+            config.validate().map_err(anyhow::Error::msg)?;
+            let (policy, plan) = (args.policy, args.plan);
             let started = local.insert(LocalCluster::start(
                 dir.path(),
                 config,
                 "127.0.0.1:0",
-                |o| o.policy = policy,
+                |o| {
+                    o.policy = policy;
+                    o.plan = plan;
+                },
             )?);
             let description = format!(
-                "a local cluster of {} slaves ({policy} coordinators)",
-                args.slaves,
+                "a local cluster of {} slaves ({policy} coordinators, {plan} plan, group {})",
+                args.slaves, args.group,
             );
             (started.master_addr().to_string(), description)
         }
@@ -99,6 +104,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let messages: Vec<String> = queries.iter().map(|q| q.message(&catalog.vids)).collect();
     let form = args.form;
     let bar = progress_bar(settings.limit);
+    let traffic_before = Client::connect(&master)?.traffic()?;
     let cpu_before = process_cpu();
     let measured = harness::run(
         messages.len(),
@@ -125,6 +131,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         |done| bar.set_position(done),
     )?;
     let cpu = process_cpu().saturating_sub(cpu_before);
+    let traffic = Client::connect(&master)?.traffic()?.since(traffic_before);
     bar.finish_and_clear();
     if !measured.inconsistent.is_empty() {
         let i = measured.inconsistent[0];
@@ -134,10 +141,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         );
     }
     let mut report = Report::new(&args, &catalog, &measured);
+    let asked = (measured.queries + settings.warmup).max(1) as f64;
+    report.read_bytes_per_query = traffic.read_bytes as f64 / asked;
+    report.sent_bytes_per_query = traffic.sent_bytes as f64 / asked;
     if args.master.is_none() {
         // The whole cluster runs in this process: its CPU time is the cluster's.
-        let asked = measured.queries + settings.warmup;
-        report.cpu_ms_per_query = Some(cpu.as_secs_f64() * 1e3 / asked.max(1) as f64);
+        report.cpu_ms_per_query = Some(cpu.as_secs_f64() * 1e3 / asked);
     }
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
@@ -159,7 +168,7 @@ fn check_settings(settings: &BenchSettings) -> anyhow::Result<()> {
 }
 
 /// The vectors a workload runs over: vids ascending, with the bytes of each.
-struct Catalog {
+struct BenchVectors {
     vids: Vec<u64>,
     sizes: Vec<u64>,
     /// Bits per vector, or `None` for a data set taken from files.
@@ -168,7 +177,7 @@ struct Catalog {
 }
 
 /// Generates the data set in batches and (unless `skip`) imports each one.
-fn load_generated(set: &DataSet, client: &Client, skip: bool) -> anyhow::Result<Catalog> {
+fn load_generated(set: &DataSet, client: &Client, skip: bool) -> anyhow::Result<BenchVectors> {
     let bar = ProgressBar::new(set.vectors);
     bar.set_style(
         ProgressStyle::with_template(if skip {
@@ -200,7 +209,7 @@ fn load_generated(set: &DataSet, client: &Client, skip: bool) -> anyhow::Result<
         first = end;
     }
     bar.finish_and_clear();
-    Ok(Catalog {
+    Ok(BenchVectors {
         vids: set.vids(),
         sizes,
         bits: Some(set.bits),
@@ -229,7 +238,7 @@ fn count_files(dir: &Path) -> anyhow::Result<u64> {
 }
 
 /// Reads the `<vid>.roaring` files of `dir` and (unless `skip`) imports them.
-fn load_files(dir: &Path, master: &str, skip: bool) -> anyhow::Result<Catalog> {
+fn load_files(dir: &Path, master: &str, skip: bool) -> anyhow::Result<BenchVectors> {
     let vectors = read_vectors(dir)?;
     if !skip {
         let destination = Destination::Master(Client::connect(master)?);
@@ -243,7 +252,7 @@ fn load_files(dir: &Path, master: &str, skip: bool) -> anyhow::Result<Catalog> {
         .iter()
         .map(|(vid, vector)| (*vid, part_bytes(&vector.as_part())))
         .unzip();
-    Ok(Catalog {
+    Ok(BenchVectors {
         vids,
         sizes,
         bits: None,
@@ -287,6 +296,8 @@ struct Report {
     master: Option<String>,
     slaves: Option<usize>,
     policy: Option<String>,
+    plan: Option<String>,
+    group: Option<u64>,
     vectors: usize,
     bits: Option<u64>,
     density: Option<f64>,
@@ -305,12 +316,17 @@ struct Report {
     bitmap_bytes_per_second: f64,
     answer_bytes_per_query: f64,
     answer_bytes_per_second: f64,
+    /// Bytes of stored vectors the slaves read per query (aggregates make
+    /// it less than `bytes_per_query`, what the queries name).
+    read_bytes_per_query: f64,
+    /// Bytes the slaves sent to other processes per query.
+    sent_bytes_per_query: f64,
     /// CPU time of the local cluster (and the clients) per query, all threads.
     cpu_ms_per_query: Option<f64>,
 }
 
 impl Report {
-    fn new(args: &BenchArgs, catalog: &Catalog, measured: &Measured) -> Report {
+    fn new(args: &BenchArgs, catalog: &BenchVectors, measured: &Measured) -> Report {
         let ms = |percent| measured.percentile(percent).as_secs_f64() * 1e3;
         let local = args.master.is_none();
         Report {
@@ -318,6 +334,8 @@ impl Report {
             master: args.master.clone(),
             slaves: local.then_some(args.slaves),
             policy: local.then(|| args.policy.to_string()),
+            plan: local.then(|| args.plan.to_string()),
+            group: local.then_some(args.group),
             vectors: catalog.vids.len(),
             bits: catalog.bits,
             density: catalog.density,
@@ -340,6 +358,8 @@ impl Report {
             bitmap_bytes_per_second: measured.byte_rate(),
             answer_bytes_per_query: measured.answer_bytes as f64 / measured.queries.max(1) as f64,
             answer_bytes_per_second: measured.answer_rate(),
+            read_bytes_per_query: 0.0,
+            sent_bytes_per_query: 0.0,
             cpu_ms_per_query: None,
         }
     }
@@ -366,10 +386,16 @@ impl Report {
             "  latency p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms",
             self.p50_ms, self.p95_ms, self.p99_ms
         );
+        let mib = |bytes: f64| bytes / f64::from(1 << 20);
         println!(
-            "  {:.2} GB/s of vectors read ({:.1} MiB per query)",
+            "  {:.2} GB/s of vectors named ({:.1} MiB per query)",
             self.bitmap_bytes_per_second / 1e9,
-            self.bytes_per_query / f64::from(1 << 20)
+            mib(self.bytes_per_query)
+        );
+        println!(
+            "  per query, the slaves read {:.2} MiB and sent {:.2} MiB",
+            mib(self.read_bytes_per_query),
+            mib(self.sent_bytes_per_query)
         );
         if let Some(cpu) = self.cpu_ms_per_query {
             println!("  {cpu:.2} ms of CPU per query (the whole local cluster and its clients)");

@@ -26,7 +26,7 @@ mod systems;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use bitfold_rpc::master::CoordinatorPolicy;
+use bitfold_rpc::master::{CoordinatorPolicy, PlanChoice};
 use bitfold_workload::dataset::{DataSet, Shape};
 use clap::Parser;
 
@@ -43,6 +43,12 @@ pub struct Args {
     /// How bitfold's master picks coordinators: round-robin, random or bandwidth.
     #[arg(long, default_value = "round-robin")]
     pub policy: CoordinatorPolicy,
+    /// How bitfold's coordinators gather each term's vector: auto, chain or fan-out.
+    #[arg(long, default_value = "auto")]
+    pub plan: PlanChoice,
+    /// Consecutive vids bitfold places together (a power of two).
+    #[arg(long, default_value_t = bitfold_rpc::cluster::DEFAULT_GROUP)]
+    pub group: u64,
     /// Vectors in the data set.
     #[arg(long, default_value_t = 2000)]
     pub vectors: u64,

@@ -58,8 +58,13 @@ pub struct Outcome {
     pub vids_per_term: usize,
     /// Queries in the list each system ran per round.
     pub queries: usize,
-    /// Mean vector bytes a query reads.
+    /// Mean vector bytes a query names (what reading every vector costs).
     pub bytes_per_query: f64,
+    /// Bytes bitfold's slaves read per query (range aggregates read less
+    /// than the query names).
+    pub bitfold_read_bytes_per_query: f64,
+    /// Bytes bitfold's slaves sent to other processes per query.
+    pub bitfold_sent_bytes_per_query: f64,
     /// Each system's figures, in table order.
     pub systems: Vec<(System, Figures)>,
     /// Medians over rounds of the per-round ratios.
@@ -133,7 +138,10 @@ pub fn print_outcome(args: &Args, redis_version: &str, outcome: &Outcome) {
     for (system, f) in &outcome.systems {
         let label = match system {
             System::Redis => format!("Redis {redis_version} (BITOP by 16, pipelined)"),
-            System::Bitfold => format!("bitfold ({} slaves, {}, count)", args.slaves, args.policy),
+            System::Bitfold => format!(
+                "bitfold ({} slaves, {}, {} plan, group {}, count)",
+                args.slaves, args.policy, args.plan, args.group
+            ),
             System::Roaring => "roaring-rs 0.12 (in-process)".to_owned(),
             System::Roof => "memory roof (each query's vectors read, all cores)".to_owned(),
         };
@@ -150,6 +158,12 @@ pub fn print_outcome(args: &Args, redis_version: &str, outcome: &Outcome) {
             f.bytes_per_second / 1e9
         );
     }
+    let _ = writeln!(
+        text,
+        "bitfold's slaves per query: read {:.2} MiB, sent {:.2} MiB",
+        outcome.bitfold_read_bytes_per_query / f64::from(1 << 20),
+        outcome.bitfold_sent_bytes_per_query / f64::from(1 << 20)
+    );
     let _ = writeln!(
         text,
         "bitfold / Redis {:.2} (target >= 1.5); bitfold / roaring-rs {:.2} (target >= 0.5); bitfold / roof {:.2}",

@@ -70,11 +70,14 @@ impl<'s> Systems<'s> {
 
         eprintln!("loading bitfold ({} slaves)", args.slaves);
         let dir = tempfile::tempdir()?;
-        let policy = args.policy;
-        let bitfold =
-            LocalCluster::start(dir.path(), loopback(args.slaves, 1), "127.0.0.1:0", |o| {
-                o.policy = policy;
-            })?;
+        let (policy, plan) = (args.policy, args.plan);
+        let mut cluster = loopback(args.slaves, 1);
+        cluster.group = args.group;
+        cluster.validate().map_err(anyhow::Error::msg)?;
+        let bitfold = LocalCluster::start(dir.path(), cluster, "127.0.0.1:0", |o| {
+            o.policy = policy;
+            o.plan = plan;
+        })?;
         let client = Client::connect(&bitfold.master_addr().to_string())?;
         let per_batch = ((64 << 20) / bytes_per_vector.max(1)).max(1);
         for (b, batch) in vectors.chunks(per_batch).enumerate() {
@@ -129,6 +132,8 @@ impl<'s> Systems<'s> {
                 cpu: Duration::ZERO,
             })
             .collect();
+        let bitfold = Client::connect(&self.bitfold.master_addr().to_string())?;
+        let traffic_before = bitfold.traffic()?;
         for round in 0..rounds {
             eprintln!("  round {} of {rounds}", round + 1);
             for run in &mut runs {
@@ -139,6 +144,7 @@ impl<'s> Systems<'s> {
             check_answers(&queries, &self.vids, &runs)?;
         }
         let asked = (rounds * (count + args.warmup as usize)) as f64;
+        let traffic = bitfold.traffic()?.since(traffic_before);
         let rounds_of = |system: System| {
             &runs
                 .iter()
@@ -161,6 +167,8 @@ impl<'s> Systems<'s> {
             vids_per_term: shape.vids_per_term,
             queries: count,
             bytes_per_query: bytes as f64 / count as f64,
+            bitfold_read_bytes_per_query: traffic.read_bytes as f64 / asked,
+            bitfold_sent_bytes_per_query: traffic.sent_bytes as f64 / asked,
             bitfold_over_redis: ratio(System::Bitfold, System::Redis),
             bitfold_over_roaring: ratio(System::Bitfold, System::Roaring),
             bitfold_over_roof: ratio(System::Bitfold, System::Roof),
