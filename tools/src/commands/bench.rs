@@ -69,7 +69,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         None => {
             let mut config = numbered_cluster(args.slaves, args.replicas, 0)?;
             config.group = args.group;
-            config.validate().map_err(anyhow::Error::msg)?;
+            if !args.group.is_power_of_two() {
+                bail!("--group {} is not a power of two", args.group);
+            }
             let (policy, plan) = (args.policy, args.plan);
             let started = local.insert(LocalCluster::start(
                 dir.path(),
