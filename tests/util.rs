@@ -166,7 +166,9 @@ impl Cluster {
             cluster.slave_addrs.push(server.addr.clone());
             cluster.slaves.push(Some(server));
         }
-        let mut toml = format!("replicas = {replicas}\n");
+        // The scenarios reason about which slave holds which of a few dozen
+        // vids: placed one by one (`group = 1`), they spread over every slave.
+        let mut toml = format!("replicas = {replicas}\ngroup = 1\n");
         for (i, addr) in cluster.slave_addrs.iter().enumerate() {
             toml.push_str(&format!("[[slaves]]\nname = \"s{i}\"\naddr = \"{addr}\"\n"));
         }

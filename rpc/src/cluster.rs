@@ -35,7 +35,7 @@ pub struct ClusterConfig {
 }
 
 /// The default `group`: see `docs/protocol.md` §4 for how it was chosen.
-pub const DEFAULT_GROUP: u64 = 1;
+pub const DEFAULT_GROUP: u64 = 64;
 
 fn one() -> usize {
     1

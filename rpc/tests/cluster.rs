@@ -576,9 +576,9 @@ fn a_slave_that_lost_its_vectors_is_never_read_as_empty() {
 
 #[test]
 fn random_queries_match_the_oracle() {
-    // Both plans, each with vids placed one by one and in groups of 16.
+    // Both plans, each with vids placed one by one, in groups of 16 and by default.
     for plan in [PlanChoice::Chain, PlanChoice::FanOut] {
-        for group in [1, 16] {
+        for group in [1, 16, bitfold_rpc::cluster::DEFAULT_GROUP] {
             random_queries_match_the_oracle_under(plan, group);
         }
     }
