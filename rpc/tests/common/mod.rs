@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -83,15 +83,10 @@ impl TestCluster {
         // have their own test (random queries).
         let mut config = loopback(slaves, replicas);
         config.group = 1;
-        let local = LocalCluster::start(
-            root.path(),
-            config,
-            "127.0.0.1:0",
-            |o| {
-                test_options(o);
-                tune(o);
-            },
-        )
+        let local = LocalCluster::start(root.path(), config, "127.0.0.1:0", |o| {
+            test_options(o);
+            tune(o);
+        })
         .expect("the cluster starts");
         let config = local.cluster().clone();
         let addrs = config
@@ -160,36 +155,9 @@ impl TestCluster {
     }
 }
 
-/// The vectors imported so far, to compute expected answers.
-#[derive(Default, Clone)]
-pub struct Oracle {
-    pub vectors: BTreeMap<u64, BTreeSet<u32>>,
-}
-
-impl Oracle {
-    pub fn add(&mut self, vid: u64, bits: &[u32]) {
-        if !bits.is_empty() {
-            self.vectors.entry(vid).or_default().extend(bits);
-        }
-    }
-
-    /// The answer of `R:` over inclusive `terms`.
-    pub fn range(&self, terms: &[(u64, u64)]) -> BTreeSet<u32> {
-        let mut answer: Option<BTreeSet<u32>> = None;
-        for &(first, last) in terms {
-            let union: BTreeSet<u32> = self
-                .vectors
-                .range(first..=last)
-                .flat_map(|(_, bits)| bits.iter().copied())
-                .collect();
-            answer = Some(match answer {
-                None => union,
-                Some(acc) => acc.intersection(&union).copied().collect(),
-            });
-        }
-        answer.unwrap_or_default()
-    }
-}
+#[path = "../../../tests/oracle.rs"]
+mod oracle;
+pub use oracle::Oracle;
 
 /// Imports `(vid, bits)` through the client and records them in the oracle.
 pub fn import(client: &Client, oracle: &mut Oracle, vectors: &[(u64, Vec<u32>)]) {
