@@ -387,7 +387,7 @@ fn an_import_with_an_owner_down_is_refused_naming_it() {
         assert!(Instant::now() < deadline, "the slave never came back");
         std::thread::sleep(Duration::from_millis(50));
     }
-    oracle.add(owned_by_1, &[9u32]);
+    oracle.add(owned_by_1, [9u32]);
     check(
         &client,
         &format!("P:{owned_by_1}"),
