@@ -193,6 +193,15 @@ fn common_failures_print_one_exact_line_and_their_exit_code() {
     );
     assert_fails_with(&cluster.cli(&["query", "P:99"]), 4, "vector 99 not found");
     assert_eq!(bitfold(&["query"]).status.code(), Some(2), "no query given");
+    let no_cluster = dir.join("nowhere.toml");
+    assert_fails_with(
+        &bitfold(&["master", "--cluster", no_cluster.to_str().unwrap()]),
+        1,
+        &format!(
+            "cannot read the cluster file {}: No such file or directory (os error 2)",
+            no_cluster.display()
+        ),
+    );
 
     let addr = cluster.master_addr();
     cluster.master.take().expect("the master runs").kill();

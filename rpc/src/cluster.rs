@@ -59,12 +59,12 @@ pub struct SlaveEntry {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read the cluster file {}: {source}", path.display())]
+    #[error("cannot read the cluster file {}: {cause}", path.display())]
     Read {
         /// The cluster file.
         path: PathBuf,
         /// The underlying error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The file is not valid TOML of the expected shape.
     #[error("cluster file {}: {message}", path.display())]
@@ -87,9 +87,9 @@ pub enum ConfigError {
 impl ClusterConfig {
     /// Reads and validates a cluster file.
     pub fn load(path: &Path) -> Result<ClusterConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
             path: path.to_owned(),
-            source,
+            cause,
         })?;
         let config: ClusterConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
