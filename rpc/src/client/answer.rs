@@ -1,0 +1,24 @@
+//! The form a query's answer is asked for and arrives in (docs/protocol.md §3).
+
+/// The form of a query's answer (docs/protocol.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Format {
+    /// The dense little-endian `u64` words, trailing zero words trimmed.
+    Words,
+    /// The portable Roaring serialization.
+    Roaring,
+    /// Only the number of set bits.
+    Count,
+}
+
+/// A query's answer, in the form asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The dense words as bytes (a multiple of 8; empty for the empty vector).
+    Words(Vec<u8>),
+    /// The portable Roaring serialization.
+    Roaring(Vec<u8>),
+    /// The number of set bits.
+    Count(u64),
+}

@@ -1,0 +1,121 @@
+//! The errors a call returns, and the kinds of error the master answers.
+
+use std::fmt;
+
+use crate::bitfold_capnp::error;
+
+/// The kinds of error the master answers (docs/protocol.md §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The query message is malformed; the message gives the byte offset.
+    BadQuery,
+    /// A point query named a vector that does not exist.
+    NotFound,
+    /// Some needed vector has no live owner; the failed machines are named.
+    Unavailable,
+    /// A bug or an unexpected condition in bitfold.
+    Internal,
+    /// The answer does not fit one Cap'n Proto `Data`; ask for `count` or `roaring`.
+    TooLarge,
+}
+
+impl ErrorKind {
+    pub(crate) fn from_wire(kind: crate::bitfold_capnp::ErrorKind) -> ErrorKind {
+        use crate::bitfold_capnp::ErrorKind as W;
+        match kind {
+            W::BadQuery => ErrorKind::BadQuery,
+            W::NotFound => ErrorKind::NotFound,
+            W::Unavailable => ErrorKind::Unavailable,
+            W::Internal => ErrorKind::Internal,
+            W::TooLarge => ErrorKind::TooLarge,
+        }
+    }
+
+    pub(crate) fn to_wire(self) -> crate::bitfold_capnp::ErrorKind {
+        use crate::bitfold_capnp::ErrorKind as W;
+        match self {
+            ErrorKind::BadQuery => W::BadQuery,
+            ErrorKind::NotFound => W::NotFound,
+            ErrorKind::Unavailable => W::Unavailable,
+            ErrorKind::Internal => W::Internal,
+            ErrorKind::TooLarge => W::TooLarge,
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ErrorKind::BadQuery => "bad query",
+            ErrorKind::NotFound => "not found",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Internal => "internal error",
+            ErrorKind::TooLarge => "too large",
+        })
+    }
+}
+
+/// Why a call failed. `Display` is one line a user can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The master answered with an error.
+    #[error("{message}")]
+    Query {
+        /// What kind of error.
+        kind: ErrorKind,
+        /// The master's message (`bad query at byte 5: expected a digit after '-'`).
+        message: String,
+        /// The machines that failed or are down, for `Unavailable`.
+        failed_machines: Vec<String>,
+    },
+    /// The master could not be reached.
+    #[error("cannot reach the master at {addr}: {reason}")]
+    Connect {
+        /// The master's address.
+        addr: String,
+        /// Why (connection refused, no answer in time, ...) and what to do.
+        reason: String,
+    },
+    /// The master's answer made no sense (a version mismatch or a bug).
+    #[error("unexpected answer from the master: {0}")]
+    Protocol(String),
+}
+
+impl Error {
+    /// A master that did not answer at `addr`: the fix is to start it.
+    pub(super) fn unreachable(addr: &str, why: impl fmt::Display) -> Error {
+        Error::Connect {
+            addr: addr.to_owned(),
+            reason: format!("{why} (start it with `bitfold up`)"),
+        }
+    }
+
+    pub(crate) fn read(reader: error::Reader<'_>) -> Error {
+        let text = |t: capnp::Result<capnp::text::Reader<'_>>| {
+            t.ok()
+                .and_then(|t| t.to_str().ok())
+                .unwrap_or("?")
+                .to_owned()
+        };
+        let failed_machines = match reader.get_failed_machines() {
+            Ok(list) => list.iter().map(&text).collect(),
+            Err(_) => Vec::new(),
+        };
+        match reader.get_kind() {
+            Ok(kind) => Error::Query {
+                kind: ErrorKind::from_wire(kind),
+                message: text(reader.get_message()),
+                failed_machines,
+            },
+            Err(_) => Error::Protocol("an error of an unknown kind".into()),
+        }
+    }
+
+    /// The kind of a query error, if the master answered one.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            Error::Query { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! The client thread: its one connection to the master, re-established after
+//! a failure, and the calls it runs on it for the [`Client`](super::Client).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::mpsc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::mpsc as tokio_mpsc;
+
+use crate::bitfold_capnp::{Format as WireFormat, master, outcome, result};
+use crate::net::{self, Connection};
+
+use super::{Answer, Error, Format, SlaveStatus};
+
+/// Where the client thread sends a call's result.
+pub(super) type Reply<T> = mpsc::SyncSender<Result<T, Error>>;
+
+/// One call from the [`Client`](super::Client) to its thread.
+pub(super) enum Call {
+    Query {
+        message: String,
+        format: Format,
+        reply: Reply<Answer>,
+    },
+    Import {
+        message: capnp::message::Builder<capnp::message::HeapAllocator>,
+        reply: Reply<()>,
+    },
+    Status {
+        reply: Reply<Vec<SlaveStatus>>,
+    },
+}
+
+/// The client thread: connects, reports, then serves calls until the
+/// [`Client`](super::Client) is dropped.
+pub(super) fn serve_calls(
+    addr: String,
+    mut inbox: tokio_mpsc::UnboundedReceiver<(Call, Duration)>,
+    ready: mpsc::SyncSender<Result<(), Error>>,
+) {
+    let ran = net::block_on_local(async move {
+        let link = Rc::new(Link {
+            addr: addr.clone(),
+            connection: RefCell::new(None),
+        });
+        let first = link.client().await.map(|_| ());
+        let failed = first.is_err();
+        let _ = ready.send(first);
+        if failed {
+            return;
+        }
+        while let Some((call, timeout)) = inbox.recv().await {
+            let link = link.clone();
+            tokio::task::spawn_local(async move { link.run(call, timeout).await });
+        }
+    });
+    if let Err(err) = ran {
+        tracing::error!("the client thread could not start its runtime: {err}");
+    }
+}
+
+/// The connection to the master, re-established after a failure.
+struct Link {
+    addr: String,
+    connection: RefCell<Option<Rc<Connection<master::Client>>>>,
+}
+
+impl Link {
+    async fn client(&self) -> Result<Rc<Connection<master::Client>>, Error> {
+        if let Some(connection) = self.connection.borrow().as_ref() {
+            // A master that was restarted closed the old connection: reconnect.
+            if !connection.is_closed() {
+                return Ok(connection.clone());
+            }
+        }
+        let connect = tokio::time::timeout(
+            Duration::from_secs(10),
+            net::connect(&self.addr, net::Sent::default()),
+        );
+        let connection = match connect.await {
+            Ok(Ok(connection)) => Rc::new(connection),
+            // Not `HOST:PORT` (no port, a port above 65535): nothing to start.
+            Ok(Err(err)) if err.kind() == std::io::ErrorKind::InvalidInput => {
+                return Err(Error::Connect {
+                    addr: self.addr.clone(),
+                    reason: format!("{} (give it as HOST:PORT)", net::describe_io(&err)),
+                });
+            }
+            Ok(Err(err)) => return Err(self.connect_error(net::describe_io(&err))),
+            Err(_) => return Err(self.connect_error("no answer within 10 s".into())),
+        };
+        *self.connection.borrow_mut() = Some(connection.clone());
+        Ok(connection)
+    }
+
+    fn connect_error(&self, reason: String) -> Error {
+        Error::unreachable(&self.addr, reason)
+    }
+
+    /// A failed call: drop the connection so the next call reconnects.
+    fn lost(&self, err: capnp::Error) -> Error {
+        *self.connection.borrow_mut() = None;
+        match err.kind {
+            capnp::ErrorKind::Disconnected => {
+                self.connect_error(format!("connection lost ({err})"))
+            }
+            _ => Error::Protocol(err.to_string()),
+        }
+    }
+
+    async fn run(&self, call: Call, timeout: Duration) {
+        match call {
+            Call::Query {
+                message,
+                format,
+                reply,
+            } => {
+                let answer = self.within(timeout, self.query(&message, format)).await;
+                let _ = reply.send(answer);
+            }
+            Call::Import { message, reply } => {
+                let _ = reply.send(self.within(timeout, self.import(message)).await);
+            }
+            Call::Status { reply } => {
+                let _ = reply.send(self.within(timeout, self.status()).await);
+            }
+        }
+    }
+
+    /// `work`, or a connect error when the master does not answer in time.
+    async fn within<T>(
+        &self,
+        timeout: Duration,
+        work: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(timeout, work).await {
+            Ok(result) => result,
+            Err(_) => {
+                *self.connection.borrow_mut() = None;
+                Err(self.connect_error(format!("no answer within {}", net::seconds(timeout))))
+            }
+        }
+    }
+
+    async fn query(&self, message: &str, format: Format) -> Result<Answer, Error> {
+        let connection = self.client().await?;
+        let mut request = connection.client.query_request();
+        request.get().set_message(message);
+        request.get().set_format(match format {
+            Format::Words => WireFormat::Words,
+            Format::Roaring => WireFormat::Roaring,
+            Format::Count => WireFormat::Count,
+        });
+        let response = request.send().promise.await.map_err(|e| self.lost(e))?;
+        let answer = (|| -> capnp::Result<Result<Answer, Error>> {
+            let result = response.get()?.get_result()?;
+            Ok(match result.which()? {
+                result::Words(words) => Ok(Answer::Words(words?.to_vec())),
+                result::Roaring(bytes) => Ok(Answer::Roaring(bytes?.to_vec())),
+                result::Count(count) => Ok(Answer::Count(count)),
+                result::Error(error) => Err(Error::read(error?)),
+            })
+        })();
+        answer.map_err(|e| Error::Protocol(e.to_string()))?
+    }
+
+    async fn import(
+        &self,
+        message: capnp::message::Builder<capnp::message::HeapAllocator>,
+    ) -> Result<(), Error> {
+        let connection = self.client().await?;
+        let mut request = connection.client.import_request();
+        let vectors = message
+            .get_root_as_reader()
+            .map_err(|e| Error::Protocol(e.to_string()))?;
+        request
+            .get()
+            .set_vectors(vectors)
+            .map_err(|e| Error::Protocol(e.to_string()))?;
+        drop(message);
+        let response = request.send().promise.await.map_err(|e| self.lost(e))?;
+        let outcome = (|| -> capnp::Result<Result<(), Error>> {
+            Ok(match response.get()?.get_outcome()?.which()? {
+                outcome::Ok(()) => Ok(()),
+                outcome::Error(error) => Err(Error::read(error?)),
+            })
+        })();
+        outcome.map_err(|e| Error::Protocol(e.to_string()))?
+    }
+
+    async fn status(&self) -> Result<Vec<SlaveStatus>, Error> {
+        let connection = self.client().await?;
+        let request = connection.client.status_request();
+        let response = request.send().promise.await.map_err(|e| self.lost(e))?;
+        let slaves = (|| -> capnp::Result<Vec<SlaveStatus>> {
+            let list = response.get()?.get_slaves()?;
+            list.iter()
+                .map(|s| {
+                    let millis = s.get_since_unix_millis();
+                    let since = if millis >= 0 {
+                        SystemTime::UNIX_EPOCH + Duration::from_millis(millis as u64)
+                    } else {
+                        SystemTime::UNIX_EPOCH
+                    };
+                    let reason = s.get_reason()?.to_string()?;
+                    Ok(SlaveStatus {
+                        name: s.get_name()?.to_string()?,
+                        addr: s.get_addr()?.to_string()?,
+                        up: s.get_up(),
+                        since,
+                        vectors: s.get_vectors(),
+                        bytes: s.get_bytes(),
+                        read_bytes: s.get_read_bytes(),
+                        sent_bytes: s.get_sent_bytes(),
+                        reason: (!reason.is_empty()).then_some(reason),
+                    })
+                })
+                .collect()
+        })();
+        slaves.map_err(|e| Error::Protocol(e.to_string()))
+    }
+}

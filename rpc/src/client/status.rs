@@ -1,0 +1,46 @@
+//! What the master reports of its slaves: their state, and the bytes they
+//! read and sent.
+
+use std::time::SystemTime;
+
+/// One slave as the master sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlaveStatus {
+    /// Its name in the cluster file.
+    pub name: String,
+    /// Its address.
+    pub addr: String,
+    /// Whether it answers.
+    pub up: bool,
+    /// Since when it is up or down (as the master saw it).
+    pub since: SystemTime,
+    /// How many vectors it holds (last known).
+    pub vectors: u64,
+    /// Bytes of its data files (last known).
+    pub bytes: u64,
+    /// Bytes of vectors its folds have read since it started (last known).
+    pub read_bytes: u64,
+    /// Bytes it has sent to other processes since it started (last known).
+    pub sent_bytes: u64,
+    /// Why it is down.
+    pub reason: Option<String>,
+}
+
+/// Bytes the slaves of a cluster read and sent, added up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Bytes of stored vectors their folds read.
+    pub read_bytes: u64,
+    /// Bytes they sent to other processes.
+    pub sent_bytes: u64,
+}
+
+impl Traffic {
+    /// What was read and sent after `before`.
+    pub fn since(self, before: Traffic) -> Traffic {
+        Traffic {
+            read_bytes: self.read_bytes.saturating_sub(before.read_bytes),
+            sent_bytes: self.sent_bytes.saturating_sub(before.sent_bytes),
+        }
+    }
+}
