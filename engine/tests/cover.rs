@@ -230,7 +230,7 @@ fn whole_blocks_are_read_as_one_aggregate() {
 }
 
 /// The byte ranges of the aggregates' data and of the aggregate index in a
-/// segment file, from its trailer (see the format in `segment.rs`).
+/// segment file, from its trailer (see the format in `segment/mod.rs`).
 fn aggregate_areas(bytes: &[u8]) -> (usize, std::ops::Range<usize>) {
     let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
     let trailer = bytes.len() - 32 - 24;

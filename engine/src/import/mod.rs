@@ -23,21 +23,24 @@
 //! .unwrap();
 //! assert_eq!(vids, [(3, 1), (7, 2)]);
 //! ```
+//!
+//! This file holds the entry points and the listing of input files;
+//! `error.rs` says what can be wrong with input, `pairs.rs` and
+//! `roaring_files.rs` read the two formats, and `batch.rs` groups pairs
+//! into vectors.
 
+mod batch;
+mod error;
 mod pairs;
 mod roaring_files;
 
-use std::collections::HashMap;
-use std::fmt;
 use std::fs;
-use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use rayon::prelude::*;
-
-use crate::portable::PortableError;
 use crate::vector::VectorBuf;
+use batch::PairBatcher;
 
+pub use error::{Field, ImportError, Problem, ReadError};
 pub use pairs::MAX_LINE;
 pub use roaring_files::MAX_ROARING_FILE;
 
@@ -62,187 +65,6 @@ pub struct Summary {
     pub bytes: u64,
     /// Set bits in the input, repeats counted: pairs lines, or the bits of the roaring files.
     pub bits: u64,
-}
-
-/// Which field of a pairs line, or the vid of a file name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Field {
-    /// The vector id.
-    Vid,
-    /// The bit position.
-    Bit,
-}
-
-impl Field {
-    fn max(self) -> u64 {
-        match self {
-            Field::Vid => u64::MAX,
-            Field::Bit => u64::from(u32::MAX),
-        }
-    }
-}
-
-impl fmt::Display for Field {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Field::Vid => "vid",
-            Field::Bit => "bit",
-        })
-    }
-}
-
-/// What is wrong with an input entry.
-#[derive(Debug)]
-pub enum Problem {
-    /// A field holds something other than decimal digits.
-    NotANumber {
-        /// Which field.
-        field: Field,
-        /// Its text (shortened if long).
-        text: String,
-    },
-    /// A field holds a negative number.
-    Negative {
-        /// Which field.
-        field: Field,
-        /// Its text.
-        text: String,
-    },
-    /// A field's number is too large (vid > 2^64 - 1, bit > 2^32 - 1).
-    OutOfRange {
-        /// Which field.
-        field: Field,
-        /// Its text.
-        text: String,
-    },
-    /// A field is empty.
-    Empty {
-        /// Which field.
-        field: Field,
-    },
-    /// A pairs line does not have exactly two fields.
-    FieldCount {
-        /// Fields found.
-        found: usize,
-    },
-    /// Something other than a comma, blanks or the line end follows a field.
-    Unexpected {
-        /// The field it follows.
-        after: Field,
-        /// The text found.
-        text: String,
-    },
-    /// A pairs line longer than [`MAX_LINE`] bytes.
-    LineTooLong,
-    /// A roaring input whose name is not `<vid>.roaring`.
-    BadFileName(String),
-    /// A roaring file that is not a valid portable bitmap.
-    InvalidRoaring(PortableError),
-    /// A roaring file larger than any valid one ([`MAX_ROARING_FILE`]).
-    FileTooLarge(u64),
-    /// A directory given for pairs input.
-    Directory,
-    /// The file cannot be read.
-    Io(io::Error),
-}
-
-fn range_of(field: Field) -> String {
-    format!("{field}s are 0..={}", field.max())
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Problem::NotANumber { field, text } => {
-                write!(f, "{field} \"{text}\" is not a decimal number")
-            }
-            Problem::Negative { field, text } => {
-                write!(f, "{field} {text} is negative ({})", range_of(*field))
-            }
-            Problem::OutOfRange { field, text } => {
-                write!(f, "{field} {text} is out of range ({})", range_of(*field))
-            }
-            Problem::Empty { field } => {
-                write!(f, "the {field} is empty (lines are \"vid,bit\")")
-            }
-            Problem::FieldCount { found } => {
-                write!(f, "expected 2 fields \"vid,bit\", found {found}")
-            }
-            Problem::Unexpected { after, text } => {
-                write!(
-                    f,
-                    "unexpected \"{text}\" after the {after} (lines are \"vid,bit\")"
-                )
-            }
-            Problem::LineTooLong => write!(
-                f,
-                "the line is longer than {MAX_LINE} bytes (is this a pairs file?)"
-            ),
-            Problem::BadFileName(why) => {
-                write!(f, "the file name must be <vid>.roaring, but {why}")
-            }
-            Problem::InvalidRoaring(e) => write!(f, "{e}"),
-            Problem::FileTooLarge(len) => write!(
-                f,
-                "{len} bytes is larger than any portable roaring bitmap of 32-bit positions \
-                 ({MAX_ROARING_FILE} bytes)"
-            ),
-            Problem::Directory => write!(
-                f,
-                "is a directory; pairs input is files (give the files in it instead)"
-            ),
-            Problem::Io(e) => write!(f, "cannot read: {e}"),
-        }
-    }
-}
-
-/// A bad input entry, with its file and (for pairs) its line number.
-#[derive(Debug)]
-pub struct ImportError {
-    /// The file or directory.
-    pub path: PathBuf,
-    /// The line, 1-based, for an error inside a pairs file.
-    pub line: Option<u64>,
-    /// What is wrong.
-    pub problem: Problem,
-}
-
-impl fmt::Display for ImportError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.line {
-            Some(line) => write!(f, "{}:{line}: {}", self.path.display(), self.problem),
-            None => write!(f, "{}: {}", self.path.display(), self.problem),
-        }
-    }
-}
-
-/// The message carries the cause's text (the I/O error, the roaring
-/// decoder's complaint), so there is no `source()`: each cause is printed once.
-impl std::error::Error for ImportError {}
-
-impl ImportError {
-    fn file(path: &Path, problem: Problem) -> ImportError {
-        ImportError {
-            path: path.to_path_buf(),
-            line: None,
-            problem,
-        }
-    }
-
-    fn io(path: &Path, e: io::Error) -> ImportError {
-        ImportError::file(path, Problem::Io(e))
-    }
-}
-
-/// Why [`read_batches`] stopped: bad input, or the sink's own error.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError<E> {
-    /// The input is bad or unreadable.
-    #[error(transparent)]
-    Input(#[from] ImportError),
-    /// The sink failed.
-    #[error("{0}")]
-    Sink(E),
 }
 
 /// Field text for a message: shortened, control characters escaped.
@@ -431,143 +253,4 @@ pub fn read_batches<E>(
         }
     }
     Ok(())
-}
-
-/// Hashes vids cheaply: a keyed 64-bit finaliser (murmur3's fmix64) instead
-/// of SipHash, which took most of the time of batching pairs. The key is
-/// random per process, so an input cannot be crafted to collide.
-#[derive(Clone, Copy)]
-struct VidHash {
-    key: u64,
-}
-
-impl Default for VidHash {
-    fn default() -> Self {
-        use std::hash::BuildHasher;
-        VidHash {
-            key: std::hash::RandomState::new().hash_one(0u64),
-        }
-    }
-}
-
-impl std::hash::BuildHasher for VidHash {
-    type Hasher = VidHasher;
-
-    fn build_hasher(&self) -> VidHasher {
-        VidHasher(self.key)
-    }
-}
-
-/// The hasher of [`VidHash`]; only ever fed one `u64`.
-struct VidHasher(u64);
-
-impl std::hash::Hasher for VidHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, vid: u64) {
-        self.0 = crate::mix::fmix64(self.0 ^ vid);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-/// Pairs gathered until a batch is full, then grouped per vid.
-///
-/// Each pair is appended to one flat list as `(slot, bit)`, where the slot
-/// numbers the vids of the batch; grouping happens once per batch with a
-/// counting sort. Appending to a per-vid `Vec` instead spent most of its
-/// time on cache misses, the input being in no particular vid order.
-#[derive(Default)]
-struct PairBatcher {
-    slot_of: HashMap<u64, u32, VidHash>,
-    /// The vid of each slot.
-    vids: Vec<u64>,
-    /// Pairs per slot.
-    counts: Vec<usize>,
-    /// `slot << 32 | bit`, in input order.
-    pairs: Vec<u64>,
-    /// The previous pair's vid and slot: input is often grouped by vid.
-    last: Option<(u64, u32)>,
-}
-
-impl PairBatcher {
-    /// Adds a pair; returns the number of pairs now pending.
-    fn add(&mut self, vid: u64, bit: u32) -> usize {
-        let slot = match self.last {
-            Some((last, slot)) if last == vid => slot,
-            _ => {
-                let next = self.vids.len() as u32;
-                let slot = *self.slot_of.entry(vid).or_insert(next);
-                if slot == next {
-                    self.vids.push(vid);
-                    self.counts.push(0);
-                }
-                self.last = Some((vid, slot));
-                slot
-            }
-        };
-        self.counts[slot as usize] += 1;
-        self.pairs.push(u64::from(slot) << 32 | u64::from(bit));
-        self.pairs.len()
-    }
-
-    fn pending(&self) -> usize {
-        self.pairs.len()
-    }
-
-    /// The pending vectors, ascending by vid; the batcher is left empty.
-    fn take(&mut self) -> Vec<(u64, VectorBuf)> {
-        let mut next = Vec::with_capacity(self.counts.len());
-        let mut start = 0;
-        for &count in &self.counts {
-            next.push(start);
-            start += count;
-        }
-        let mut bits = vec![0u32; self.pairs.len()];
-        for &pair in &self.pairs {
-            let slot = (pair >> 32) as usize;
-            bits[next[slot]] = pair as u32;
-            next[slot] += 1;
-        }
-        let mut groups: Vec<(u64, &mut [u32])> = Vec::with_capacity(self.vids.len());
-        let mut rest = &mut bits[..];
-        for (&vid, &count) in self.vids.iter().zip(&self.counts) {
-            let (group, tail) = rest.split_at_mut(count);
-            groups.push((vid, group));
-            rest = tail;
-        }
-        groups.sort_unstable_by_key(|(vid, _)| *vid);
-        let vectors = groups
-            .into_par_iter()
-            .map(|(vid, group)| {
-                group.sort_unstable();
-                let len = dedup_sorted(group);
-                (vid, VectorBuf::from_sorted_bits(&group[..len]))
-            })
-            .collect();
-        self.slot_of.clear();
-        self.vids.clear();
-        self.counts.clear();
-        self.pairs.clear();
-        self.last = None;
-        vectors
-    }
-}
-
-/// Moves the distinct values of sorted `values` to its front; returns how many.
-fn dedup_sorted(values: &mut [u32]) -> usize {
-    let mut len = 0;
-    for i in 0..values.len() {
-        if len == 0 || values[i] != values[len - 1] {
-            values[len] = values[i];
-            len += 1;
-        }
-    }
-    len
 }

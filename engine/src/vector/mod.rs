@@ -19,8 +19,17 @@
 //! [`VectorPart`] is the borrowed view every kernel works on: its slices come
 //! straight from a store's mmap or from a Cap'n Proto message, with no copy.
 //! [`VectorBuf`] is the owned form.
+//!
+//! This file holds the constants and [`VectorPart`]; `container.rs` holds
+//! [`ContainerRef`], one container, and `buf.rs` holds [`VectorBuf`].
+
+mod buf;
+mod container;
 
 use std::fmt;
+
+pub use buf::{PushError, VectorBuf};
+pub use container::ContainerRef;
 
 /// Bit positions per container: a container holds the bits whose high 16 bits equal its key.
 pub const CONTAINER_BITS: usize = 1 << 16;
@@ -53,57 +62,6 @@ pub fn key_of(bit: u32) -> u16 {
 /// The first bit position of the container with key `key`.
 pub fn first_bit_of(key: u16) -> u32 {
     u32::from(key) << 16
-}
-
-/// One container of a vector, borrowed.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum ContainerRef<'a> {
-    /// 1024 words; any content, including all zero.
-    Dense(&'a DenseContainer),
-    /// Strictly ascending positions, at least one.
-    Sparse(&'a [u16]),
-}
-
-impl<'a> ContainerRef<'a> {
-    /// Number of bits set in the container.
-    pub fn cardinality(&self) -> u32 {
-        match self {
-            ContainerRef::Dense(words) => crate::kernels::popcount(&words[..]) as u32,
-            ContainerRef::Sparse(values) => values.len() as u32,
-        }
-    }
-
-    /// Whether position `low` (the low 16 bits of a bit position) is set.
-    pub fn contains(&self, low: u16) -> bool {
-        match self {
-            ContainerRef::Dense(words) => words[usize::from(low) / 64] >> (low % 64) & 1 == 1,
-            ContainerRef::Sparse(values) => values.binary_search(&low).is_ok(),
-        }
-    }
-
-    /// The set positions of the container, ascending.
-    pub fn positions(self) -> impl Iterator<Item = u16> + 'a {
-        let (sparse, dense) = match self {
-            ContainerRef::Sparse(values) => (values, None),
-            ContainerRef::Dense(words) => (&[][..], Some(words)),
-        };
-        let dense_bits = dense.into_iter().flat_map(|words| {
-            words
-                .iter()
-                .enumerate()
-                .flat_map(|(w, &word)| SetBits(word).map(move |b| (w * 64) as u16 + b as u16))
-        });
-        sparse.iter().copied().chain(dense_bits)
-    }
-}
-
-impl fmt::Debug for ContainerRef<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ContainerRef::Dense(_) => write!(f, "Dense({} bits)", self.cardinality()),
-            ContainerRef::Sparse(values) => write!(f, "Sparse({values:?})"),
-        }
-    }
 }
 
 /// Why a set of slices is not a valid [`VectorPart`].
@@ -390,22 +348,6 @@ fn sorted_lists_intersect(a: &[u16], b: &[u16]) -> bool {
     false
 }
 
-/// The positions of the set bits of one word, ascending.
-struct SetBits(u64);
-
-impl Iterator for SetBits {
-    type Item = u32;
-
-    fn next(&mut self) -> Option<u32> {
-        if self.0 == 0 {
-            return None;
-        }
-        let bit = self.0.trailing_zeros();
-        self.0 &= self.0 - 1;
-        Some(bit)
-    }
-}
-
 /// Iterator over the containers of a part in ascending key order.
 #[derive(Clone)]
 pub struct Containers<'a> {
@@ -451,179 +393,9 @@ impl<'a> Iterator for Containers<'a> {
 
 impl ExactSizeIterator for Containers<'_> {}
 
-/// Why a container could not be appended to a [`VectorBuf`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PushError {
-    /// Containers must be pushed in strictly ascending key order.
-    #[error("container key {key} does not come after key {last}")]
-    KeyOrder {
-        /// The key pushed.
-        key: u16,
-        /// The last key already in the buffer.
-        last: u16,
-    },
-    /// A sparse container must be non-empty and strictly ascending.
-    #[error("sparse container {key} is empty or not strictly ascending")]
-    BadSparse {
-        /// The key pushed.
-        key: u16,
-    },
-}
-
-/// An owned vector: the same layout as [`VectorPart`], in `Vec`s.
-///
-/// Built container by container in ascending key order, from bits, or by
-/// copying a part.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct VectorBuf {
-    dense_keys: Vec<u16>,
-    dense_words: Vec<u64>,
-    sparse_keys: Vec<u16>,
-    sparse_ends: Vec<u32>,
-    sparse_values: Vec<u16>,
-}
-
-impl VectorBuf {
-    /// The empty vector.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Builds a vector from bit positions in any order, with repeats.
-    pub fn from_bits(mut bits: Vec<u32>) -> Self {
-        bits.sort_unstable();
-        bits.dedup();
-        Self::from_sorted_bits(&bits)
-    }
-
-    /// Builds a vector from strictly ascending bit positions; containers get
-    /// the representation their cardinality calls for ([`SPARSE_MAX`]).
-    ///
-    /// # Panics
-    ///
-    /// If `bits` is not strictly ascending.
-    pub fn from_sorted_bits(bits: &[u32]) -> Self {
-        assert!(strictly_ascending(bits), "bits must be strictly ascending");
-        let mut buf = VectorBuf::new();
-        let mut rest = bits;
-        let mut lows = Vec::new();
-        while let Some(&first) = rest.first() {
-            let key = key_of(first);
-            let len = rest.partition_point(|&b| key_of(b) == key);
-            lows.clear();
-            lows.extend(rest[..len].iter().map(|&b| b as u16));
-            buf.push_positions(key, &lows)
-                .expect("keys ascend and positions are sorted");
-            rest = &rest[len..];
-        }
-        buf
-    }
-
-    /// Copies a part.
-    pub fn from_part(part: VectorPart<'_>) -> Self {
-        VectorBuf {
-            dense_keys: part.dense_keys.to_vec(),
-            dense_words: part.dense_words.to_vec(),
-            sparse_keys: part.sparse_keys.to_vec(),
-            sparse_ends: part.sparse_ends.to_vec(),
-            sparse_values: part.sparse_values.to_vec(),
-        }
-    }
-
-    /// The borrowed view of this vector.
-    pub fn as_part(&self) -> VectorPart<'_> {
-        VectorPart::from_verified(
-            &self.dense_keys,
-            &self.dense_words,
-            &self.sparse_keys,
-            &self.sparse_ends,
-            &self.sparse_values,
-        )
-    }
-
-    /// The key of the last container pushed.
-    pub fn last_key(&self) -> Option<u16> {
-        match (self.dense_keys.last(), self.sparse_keys.last()) {
-            (Some(&d), Some(&s)) => Some(d.max(s)),
-            (Some(&k), None) | (None, Some(&k)) => Some(k),
-            (None, None) => None,
-        }
-    }
-
-    fn check_order(&self, key: u16) -> Result<(), PushError> {
-        match self.last_key() {
-            Some(last) if last >= key => Err(PushError::KeyOrder { key, last }),
-            _ => Ok(()),
-        }
-    }
-
-    /// Appends a dense container as it is (even if sparse or all zero).
-    pub fn push_dense(&mut self, key: u16, words: &DenseContainer) -> Result<(), PushError> {
-        self.check_order(key)?;
-        self.dense_keys.push(key);
-        self.dense_words.extend_from_slice(words);
-        Ok(())
-    }
-
-    /// Appends a sparse container as it is (even if larger than [`SPARSE_MAX`]).
-    pub fn push_sparse(&mut self, key: u16, values: &[u16]) -> Result<(), PushError> {
-        self.check_order(key)?;
-        if values.is_empty() || !strictly_ascending(values) {
-            return Err(PushError::BadSparse { key });
-        }
-        self.sparse_keys.push(key);
-        self.sparse_values.extend_from_slice(values);
-        self.sparse_ends.push(self.sparse_values.len() as u32);
-        Ok(())
-    }
-
-    /// Appends the container holding the strictly ascending positions
-    /// `values`, sparse or dense as [`SPARSE_MAX`] says; nothing if empty.
-    pub fn push_positions(&mut self, key: u16, values: &[u16]) -> Result<(), PushError> {
-        if values.is_empty() {
-            return Ok(());
-        }
-        if values.len() <= SPARSE_MAX {
-            return self.push_sparse(key, values);
-        }
-        if !strictly_ascending(values) {
-            return Err(PushError::BadSparse { key });
-        }
-        self.check_order(key)?;
-        let mut words = [0u64; CONTAINER_WORDS];
-        for &low in values {
-            words[usize::from(low) / 64] |= 1 << (low % 64);
-        }
-        self.dense_keys.push(key);
-        self.dense_words.extend_from_slice(&words);
-        Ok(())
-    }
-
-    /// Appends the container with words `words`, sparse or dense as
-    /// [`SPARSE_MAX`] says; nothing if all zero.
-    pub fn push_words(&mut self, key: u16, words: &DenseContainer) -> Result<(), PushError> {
-        let count = crate::kernels::popcount(words) as usize;
-        if count == 0 {
-            return Ok(());
-        }
-        if count > SPARSE_MAX {
-            return self.push_dense(key, words);
-        }
-        let positions: Vec<u16> = ContainerRef::Dense(words).positions().collect();
-        self.push_sparse(key, &positions)
-    }
-}
-
-impl fmt::Debug for VectorBuf {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.as_part().fmt(f)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeSet;
 
     #[test]
     fn bits_round_trip_through_both_representations() {
@@ -640,15 +412,6 @@ mod tests {
     }
 
     #[test]
-    fn from_bits_sorts_and_dedups() {
-        let buf = VectorBuf::from_bits(vec![5, 1, 5, 1 << 20, 0]);
-        assert_eq!(
-            buf.as_part().bits().collect::<Vec<_>>(),
-            vec![0, 1, 5, 1 << 20]
-        );
-    }
-
-    #[test]
     fn new_rejects_broken_invariants() {
         let words = vec![0u64; CONTAINER_WORDS];
         assert!(VectorPart::new(&[2, 1], &[], &[], &[], &[]).is_err());
@@ -658,38 +421,5 @@ mod tests {
         assert!(VectorPart::new(&[], &[], &[1, 2], &[1, 1], &[3]).is_err());
         assert!(VectorPart::new(&[], &[], &[1], &[2], &[3]).is_err());
         assert!(VectorPart::new(&[1], &words, &[2], &[2], &[3, 4]).is_ok());
-    }
-
-    #[test]
-    fn push_rejects_keys_out_of_order() {
-        let mut buf = VectorBuf::new();
-        buf.push_sparse(3, &[1]).unwrap();
-        assert_eq!(
-            buf.push_sparse(3, &[2]),
-            Err(PushError::KeyOrder { key: 3, last: 3 })
-        );
-        assert_eq!(
-            buf.push_sparse(4, &[]),
-            Err(PushError::BadSparse { key: 4 })
-        );
-    }
-
-    #[test]
-    fn push_words_picks_the_representation() {
-        let mut words = [0u64; CONTAINER_WORDS];
-        words[0] = 0b1011;
-        let mut buf = VectorBuf::new();
-        buf.push_words(7, &words).unwrap();
-        buf.push_words(8, &[0; CONTAINER_WORDS]).unwrap();
-        buf.push_words(9, &[u64::MAX; CONTAINER_WORDS]).unwrap();
-        let part = buf.as_part();
-        assert_eq!(part.sparse_keys(), &[7]);
-        assert_eq!(part.sparse_values(), &[0, 1, 3]);
-        assert_eq!(part.dense_keys(), &[9]);
-        let expected: BTreeSet<u32> = [7 << 16, (7 << 16) + 1, (7 << 16) + 3]
-            .into_iter()
-            .chain((9u32 << 16)..(10u32 << 16))
-            .collect();
-        assert_eq!(part.bits().collect::<BTreeSet<_>>(), expected);
     }
 }
