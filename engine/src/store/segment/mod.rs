@@ -94,7 +94,7 @@ struct Entry {
 }
 
 /// Byte ranges of one vector's five slices.
-struct Layout {
+struct SliceRanges {
     words: Range<usize>,
     ends: Range<usize>,
     dense_keys: Range<usize>,
@@ -124,7 +124,7 @@ impl Entry {
     }
 
     /// Where the slices lie, if they end at or before `limit`.
-    fn layout(&self, limit: u64) -> Option<Layout> {
+    fn slice_ranges(&self, limit: u64) -> Option<SliceRanges> {
         let mut at = self.offset;
         let mut next = |len: u64| -> Option<Range<usize>> {
             let end = at.checked_add(len)?;
@@ -132,13 +132,13 @@ impl Entry {
             at = end;
             Some(range)
         };
-        let layout = Layout {
+        let ranges = SliceRanges {
             words: next(u64::from(self.dense) * CONTAINER_WORDS as u64 * 8)?,
             ends: next(u64::from(self.sparse) * 4)?,
             dense_keys: next(u64::from(self.dense) * 2)?,
             sparse_keys: next(u64::from(self.sparse) * 2)?,
             values: next(u64::from(self.values) * 2)?,
         };
-        (at <= limit).then_some(layout)
+        (at <= limit).then_some(ranges)
     }
 }

@@ -173,8 +173,8 @@ impl Segment {
         entry: &Entry,
         build: impl FnOnce(&'s [u16], &'s [u64], &'s [u16], &'s [u32], &'s [u16]) -> R,
     ) -> Result<R, String> {
-        let layout = entry
-            .layout(self.index.start as u64)
+        let ranges = entry
+            .slice_ranges(self.index.start as u64)
             .ok_or_else(|| format!("its data at byte {} runs past the data", entry.offset))?;
         let bytes = &self.bytes[..];
         fn cast<'a, T: bytemuck::AnyBitPattern>(
@@ -190,11 +190,11 @@ impl Segment {
                 .map_err(|_| format!("its {what} are misaligned"))
         }
         Ok(build(
-            cast(bytes, layout.dense_keys, "dense keys")?,
-            cast(bytes, layout.words, "dense words")?,
-            cast(bytes, layout.sparse_keys, "sparse keys")?,
-            cast(bytes, layout.ends, "sparse ends")?,
-            cast(bytes, layout.values, "sparse values")?,
+            cast(bytes, ranges.dense_keys, "dense keys")?,
+            cast(bytes, ranges.words, "dense words")?,
+            cast(bytes, ranges.sparse_keys, "sparse keys")?,
+            cast(bytes, ranges.ends, "sparse ends")?,
+            cast(bytes, ranges.values, "sparse values")?,
         ))
     }
 
@@ -263,7 +263,7 @@ impl Segment {
 
     /// The `i`-th vector.
     pub(crate) fn part_at(&self, i: usize) -> VectorPart<'_> {
-        // The layout and slices were checked when the segment was opened, and
+        // The slice ranges were checked when the segment was opened, and
         // the bytes have not changed since; this only rebuilds the view.
         self.slices(&self.entry(i), VectorPart::from_verified)
             .expect("every vector was verified when the segment was opened")
