@@ -7,7 +7,7 @@
 #
 #   benches/compare.sh [compare flags...]     e.g. --rounds 5, --densities 0.5
 #
-# Writes benches/compare.json and benches/compare.svg; needs redis-server
+# Writes benches/compare.json and .svg, and benches/compare-width.json and .svg; needs redis-server
 # (scripts/setup installs it). The comparison starts and stops its own
 # Redis and bitfold cluster on free loopback ports.
 set -euo pipefail
@@ -15,6 +15,12 @@ cd "$(dirname "$0")/.."
 
 cargo build --release --quiet -p bitfold -p bitfold-benches --bin bitfold --bin compare
 target/release/compare --json benches/compare.json --chart benches/compare.svg "$@"
+
+# The width sweep: the same 3-term queries with 16 to 4,096 vids per term over
+# 8,192 vectors, one round, 50% density (benches/compare-width.svg).
+target/release/compare --vectors 8192 --densities 0.5 --rounds 1 --queries 100 \
+    --chart-vids 16,64,256,1024,4096 --chart-queries 30 \
+    --json benches/compare-width.json --chart benches/compare-width.svg "$@"
 
 # A 2^26-bit answer (8 MiB of words): a range of one vid of 16 vectors of
 # 2^26 bits, the coordinator picked round-robin (most often not the slave
