@@ -4,7 +4,8 @@
 //! query := point | range
 //! point := "P:" vid
 //! range := "R:" term ( "&" term )*
-//! term  := vid | vid "-" vid          inclusive bounds, first <= second
+//! term  := span ( "," span )*         the OR of its spans (they may overlap)
+//! span  := vid | vid "-" vid          inclusive bounds, first <= second
 //! vid   := 1*DIGIT                    decimal, fits in u64
 //! ```
 //!
@@ -13,10 +14,17 @@
 //! byte offset into the message as sent and what was expected there.
 //!
 //! ```
-//! use bitfold_rpc::query::{parse, Limits, Query, Term};
+//! use bitfold_rpc::query::{parse, Limits, Query, Span, Term};
 //!
-//! let q = parse(b" R:1-5&007\n", &Limits::default()).unwrap();
-//! assert_eq!(q, Query::Range(vec![Term { first: 1, last: 5 }, Term { first: 7, last: 7 }]));
+//! let q = parse(b" R:1-5,9&007\n", &Limits::default()).unwrap();
+//! let span = |first, last| Span { first, last };
+//! assert_eq!(
+//!     q,
+//!     Query::Range(vec![
+//!         Term { spans: vec![span(1, 5), span(9, 9)] },
+//!         Term { spans: vec![span(7, 7)] },
+//!     ])
+//! );
 //! let e = parse(b"R:1-x", &Limits::default()).unwrap_err();
 //! assert_eq!(e.to_string(), "bad query at byte 4: expected a digit after '-'");
 //! ```
@@ -30,6 +38,8 @@ pub struct Limits {
     pub max_bytes: usize,
     /// The most terms a range query may have (default 10,000).
     pub max_terms: usize,
+    /// The most spans a range query may have in all its terms (default 10,000).
+    pub max_spans: usize,
 }
 
 impl Default for Limits {
@@ -37,6 +47,7 @@ impl Default for Limits {
         Limits {
             max_bytes: 1 << 20,
             max_terms: 10_000,
+            max_spans: 10_000,
         }
     }
 }
@@ -50,13 +61,39 @@ pub enum Query {
     Range(Vec<Term>),
 }
 
-/// One term of a range query: the vids `first..=last`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One term of a range query: the OR of the vectors in its spans.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Term {
-    /// The smallest vid of the term.
+    /// The spans as written (at least one; they may overlap).
+    pub spans: Vec<Span>,
+}
+
+/// The vids `first..=last` of a term.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Span {
+    /// The smallest vid of the span.
     pub first: u64,
-    /// The largest vid of the term (inclusive, at least `first`).
+    /// The largest vid of the span (inclusive, at least `first`).
     pub last: u64,
+}
+
+impl Term {
+    /// The term's spans sorted, with overlapping and adjacent ones merged:
+    /// the same vids, each named once, ascending.
+    pub fn merged(&self) -> Vec<Span> {
+        let mut spans = self.spans.clone();
+        spans.sort_unstable();
+        let mut merged: Vec<Span> = Vec::with_capacity(spans.len());
+        for span in spans {
+            match merged.last_mut() {
+                Some(last) if span.first <= last.last.saturating_add(1) => {
+                    last.last = last.last.max(span.last);
+                }
+                _ => merged.push(span),
+            }
+        }
+        merged
+    }
 }
 
 impl fmt::Display for Query {
@@ -70,10 +107,15 @@ impl fmt::Display for Query {
                     if i > 0 {
                         f.write_str("&")?;
                     }
-                    if term.first == term.last {
-                        write!(f, "{}", term.first)?;
-                    } else {
-                        write!(f, "{}-{}", term.first, term.last)?;
+                    for (j, span) in term.spans.iter().enumerate() {
+                        if j > 0 {
+                            f.write_str(",")?;
+                        }
+                        if span.first == span.last {
+                            write!(f, "{}", span.first)?;
+                        } else {
+                            write!(f, "{}-{}", span.first, span.last)?;
+                        }
                     }
                 }
                 Ok(())
@@ -122,6 +164,7 @@ pub fn parse(message: &[u8], limits: &Limits) -> Result<Query, ParseError> {
     let mut cursor = Cursor {
         bytes: &message[..end],
         at: start,
+        dashed: false,
     };
     let kind = cursor.peek();
     if !matches!(kind, Some(b'P' | b'R')) {
@@ -141,6 +184,7 @@ pub fn parse(message: &[u8], limits: &Limits) -> Result<Query, ParseError> {
         };
     }
     let mut terms = Vec::new();
+    let mut spans_in_all = 0;
     loop {
         if terms.len() == limits.max_terms {
             return Err(error(
@@ -148,28 +192,36 @@ pub fn parse(message: &[u8], limits: &Limits) -> Result<Query, ParseError> {
                 format!("a query has at most {} terms", limits.max_terms),
             ));
         }
-        let term_start = cursor.at;
-        let first = cursor.vid("a digit (the first vid of a term)")?;
-        let mut last = first;
-        let mut after = "a digit, '-', '&' or the end of the message";
-        if cursor.peek() == Some(b'-') {
-            cursor.at += 1;
-            last = cursor.vid("a digit after '-'")?;
-            if first > last {
+        let mut spans = Vec::new();
+        loop {
+            if spans_in_all == limits.max_spans {
                 return Err(error(
-                    term_start,
-                    format!(
-                        "range {first}-{last} is reversed: the first vid must not exceed the second"
-                    ),
+                    cursor.at,
+                    format!("a query has at most {} spans in all", limits.max_spans),
                 ));
             }
-            after = "a digit, '&' or the end of the message";
+            let what = if spans.is_empty() {
+                "a digit (the first vid of a term)"
+            } else {
+                "a digit (the first vid of a span)"
+            };
+            spans.push(cursor.span(what)?);
+            spans_in_all += 1;
+            if cursor.peek() != Some(b',') {
+                break;
+            }
+            cursor.at += 1;
         }
-        terms.push(Term { first, last });
+        terms.push(Term { spans });
         match cursor.peek() {
             None => return Ok(Query::Range(terms)),
             Some(b'&') => cursor.at += 1,
-            Some(_) => return Err(cursor.expected(after)),
+            Some(_) if cursor.dashed => {
+                return Err(cursor.expected("a digit, ',', '&' or the end of the message"));
+            }
+            Some(_) => {
+                return Err(cursor.expected("a digit, '-', ',', '&' or the end of the message"));
+            }
         }
     }
 }
@@ -178,9 +230,34 @@ struct Cursor<'m> {
     /// The message up to its trailing whitespace.
     bytes: &'m [u8],
     at: usize,
+    /// Whether the last span read was `vid-vid` (what may follow it differs).
+    dashed: bool,
 }
 
 impl Cursor<'_> {
+    /// Reads a span: `vid` or `vid-vid`, first <= second; `what` says
+    /// what a missing first digit should have been.
+    fn span(&mut self, what: &str) -> Result<Span, ParseError> {
+        let start = self.at;
+        let first = self.vid(what)?;
+        if self.peek() != Some(b'-') {
+            self.dashed = false;
+            return Ok(Span { first, last: first });
+        }
+        self.at += 1;
+        let last = self.vid("a digit after '-'")?;
+        if first > last {
+            return Err(error(
+                start,
+                format!(
+                    "range {first}-{last} is reversed: the first vid must not exceed the second"
+                ),
+            ));
+        }
+        self.dashed = true;
+        Ok(Span { first, last })
+    }
+
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.at).copied()
     }
@@ -226,7 +303,9 @@ mod tests {
     }
 
     fn term(first: u64, last: u64) -> Term {
-        Term { first, last }
+        Term {
+            spans: vec![Span { first, last }],
+        }
     }
 
     #[track_caller]
@@ -274,7 +353,7 @@ mod tests {
         fails_at(
             " R:1 &2",
             4,
-            "expected a digit, '-', '&' or the end of the message",
+            "expected a digit, '-', ',', '&' or the end of the message",
         );
         fails_at("R:1& 2", 4, "expected a digit (the first vid of a term)");
         fails_at("R:1- 2", 4, "expected a digit after '-'");
@@ -319,19 +398,19 @@ mod tests {
         fails_at("R:1-x", 4, "expected a digit after '-'");
         fails_at("R:1--2", 4, "expected a digit after '-'");
         fails_at(
-            "R:1,2",
+            "R:1;2",
             3,
-            "expected a digit, '-', '&' or the end of the message",
+            "expected a digit, '-', ',', '&' or the end of the message",
         );
         fails_at(
             "R:1-2-3",
             5,
-            "expected a digit, '&' or the end of the message",
+            "expected a digit, ',', '&' or the end of the message",
         );
         fails_at(
             "R:1-2x",
             5,
-            "expected a digit, '&' or the end of the message",
+            "expected a digit, ',', '&' or the end of the message",
         );
         fails_at(
             "R:1&9-3",
@@ -353,16 +432,72 @@ mod tests {
     }
 
     #[test]
+    fn a_term_is_the_or_of_its_spans() {
+        let span = |first, last| Span { first, last };
+        assert_eq!(
+            parse_default("R:200,202&130-139"),
+            Ok(Query::Range(vec![
+                Term {
+                    spans: vec![span(200, 200), span(202, 202)]
+                },
+                term(130, 139),
+            ]))
+        );
+        let overlapping = Term {
+            spans: vec![
+                span(5, 9),
+                span(1, 2),
+                span(3, 4),
+                span(8, 20),
+                span(30, 30),
+            ],
+        };
+        assert_eq!(overlapping.merged(), vec![span(1, 20), span(30, 30)]);
+        let at_the_end = Term {
+            spans: vec![span(u64::MAX, u64::MAX), span(0, u64::MAX)],
+        };
+        assert_eq!(at_the_end.merged(), vec![span(0, u64::MAX)]);
+        fails_at("R:1,", 4, "expected a digit (the first vid of a span)");
+        fails_at("R:1,&2", 4, "expected a digit (the first vid of a span)");
+        fails_at(
+            "R:1-2,3x",
+            7,
+            "expected a digit, '-', ',', '&' or the end of the message",
+        );
+        fails_at(
+            "R:1-2,3-4x",
+            9,
+            "expected a digit, ',', '&' or the end of the message",
+        );
+        fails_at(
+            "R:1,5-3",
+            4,
+            "range 5-3 is reversed: the first vid must not exceed the second",
+        );
+        assert_eq!(
+            parse_default(" R:7-8,1&2 ").unwrap().to_string(),
+            "R:7-8,1&2"
+        );
+    }
+
+    #[test]
     fn limits_are_enforced_and_configurable() {
         let limits = Limits {
             max_bytes: 10,
             max_terms: 3,
+            max_spans: 3,
         };
         assert!(parse(b"R:1&2&3", &limits).is_ok());
         let err = parse(b"R:1&2&3&4", &limits).unwrap_err();
         assert_eq!(
             (err.offset, err.expected.as_str()),
             (8, "a query has at most 3 terms")
+        );
+        assert!(parse(b"R:1,2&3", &limits).is_ok());
+        let err = parse(b"R:1,2&3,4", &limits).unwrap_err();
+        assert_eq!(
+            (err.offset, err.expected.as_str()),
+            (8, "a query has at most 3 spans in all")
         );
         assert!(parse(b"P:12345678", &limits).is_ok());
         let err = parse(b"P:123456789", &limits).unwrap_err();
@@ -398,10 +533,11 @@ mod tests {
 
     fn any_query() -> impl Strategy<Value = Query> {
         let vid = prop_oneof![any::<u64>(), 0..20u64, (u64::MAX - 20)..=u64::MAX];
-        let term = (vid.clone(), vid.clone()).prop_map(|(a, b)| Term {
+        let span = (vid.clone(), vid.clone()).prop_map(|(a, b)| Span {
             first: a.min(b),
             last: a.max(b),
         });
+        let term = proptest::collection::vec(span, 1..4).prop_map(|spans| Term { spans });
         prop_oneof![
             vid.prop_map(Query::Point),
             proptest::collection::vec(term, 1..20).prop_map(Query::Range),
@@ -418,11 +554,18 @@ mod tests {
                 let terms: Vec<String> = terms
                     .iter()
                     .map(|t| {
-                        if t.first == t.last {
-                            vid(t.first)
-                        } else {
-                            format!("{}-{}", vid(t.first), vid(t.last))
-                        }
+                        let spans: Vec<String> = t
+                            .spans
+                            .iter()
+                            .map(|s| {
+                                if s.first == s.last {
+                                    vid(s.first)
+                                } else {
+                                    format!("{}-{}", vid(s.first), vid(s.last))
+                                }
+                            })
+                            .collect();
+                        spans.join(",")
                     })
                     .collect();
                 format!("R:{}", terms.join("&"))

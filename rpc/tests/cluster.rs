@@ -609,14 +609,34 @@ fn random_queries_match_the_oracle_under(plan: PlanChoice, group: u64) {
     import(&client, &mut oracle, &vectors);
     let mut non_empty = 0;
     for _ in 0..40 {
-        let terms: Vec<(u64, u64)> = (0..rng.random_range(1..5))
+        // Each term the OR of one to three spans, which may overlap.
+        let terms: Vec<Vec<(u64, u64)>> = (0..rng.random_range(1..5))
             .map(|_| {
-                let first = rng.random_range(0..210u64);
-                (first, first + rng.random_range(0..80u64))
+                (0..rng.random_range(1..4))
+                    .map(|_| {
+                        let first = rng.random_range(0..210u64);
+                        (first, first + rng.random_range(0..60u64))
+                    })
+                    .collect()
             })
             .collect();
-        let text: Vec<String> = terms.iter().map(|(a, b)| format!("{a}-{b}")).collect();
-        let expected = oracle.range(&terms);
+        let text: Vec<String> = terms
+            .iter()
+            .map(|spans| {
+                let spans: Vec<String> = spans.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+                spans.join(",")
+            })
+            .collect();
+        let expected = terms
+            .iter()
+            .map(|spans| {
+                spans
+                    .iter()
+                    .flat_map(|&span| oracle.range(&[span]))
+                    .collect::<BTreeSet<u32>>()
+            })
+            .reduce(|acc, union| acc.intersection(&union).copied().collect())
+            .unwrap_or_default();
         non_empty += usize::from(!expected.is_empty());
         check(&client, &format!("R:{}", text.join("&")), &expected);
     }

@@ -50,9 +50,13 @@ impl Master {
             match &query {
                 Query::Point(vid) => self.point(*vid, count, budget).await,
                 Query::Range(terms) => {
-                    // AND is idempotent and commutative: each distinct term once.
-                    let mut terms = terms.clone();
-                    terms.sort_unstable_by_key(|t| (t.first, t.last));
+                    // AND is idempotent and commutative: each distinct term
+                    // once, its spans merged (OR is too).
+                    let mut terms: Vec<query::Term> = terms
+                        .iter()
+                        .map(|t| query::Term { spans: t.merged() })
+                        .collect();
+                    terms.sort_unstable_by(|a, b| a.spans.cmp(&b.spans));
                     terms.dedup();
                     self.range(&terms, count, budget).await
                 }

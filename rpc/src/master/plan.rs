@@ -160,6 +160,13 @@ pub(crate) struct PlanShape {
     pub(crate) most: usize,
 }
 
+/// The existing vids of `term`, ascending, each once (its spans may overlap).
+fn vids_of<'c>(catalog: &'c Catalog, term: &Term) -> impl Iterator<Item = u64> + 'c {
+    term.merged()
+        .into_iter()
+        .flat_map(move |span| catalog.range(span.first, span.last))
+}
+
 /// Plans `terms` over `catalog`; `up(i)` says whether slave `i` is live.
 pub(crate) fn plan(
     terms: &[Term],
@@ -167,18 +174,12 @@ pub(crate) fn plan(
     shape: PlanShape,
     up: impl Fn(usize) -> bool,
 ) -> Plan {
-    if terms
-        .iter()
-        .any(|t| catalog.range(t.first, t.last).next().is_none())
-    {
+    if terms.iter().any(|t| vids_of(catalog, t).next().is_none()) {
         return Plan::Empty;
     }
     let mut named = 0;
     for term in terms {
-        named += catalog
-            .range(term.first, term.last)
-            .take(shape.most + 1 - named)
-            .count();
+        named += vids_of(catalog, term).take(shape.most + 1 - named).count();
         if named > shape.most {
             return Plan::TooMany { most: shape.most };
         }
@@ -188,7 +189,7 @@ pub(crate) fn plan(
     let mut down = Vec::new();
     for term in terms {
         let mut chain = Chain::new();
-        for vid in catalog.range(term.first, term.last) {
+        for vid in vids_of(catalog, term) {
             match shape.placement.reader(vid, &up) {
                 Some(owner) => chain.push((owner as u32, vid)),
                 None => {
@@ -272,13 +273,16 @@ pub(crate) fn coordinator(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::query::Span;
 
     fn catalog(vids: &[u64]) -> Catalog {
         Catalog::in_memory(vids.iter().copied())
     }
 
     fn term(first: u64, last: u64) -> Term {
-        Term { first, last }
+        Term {
+            spans: vec![Span { first, last }],
+        }
     }
 
     fn shape(slaves: usize, replicas: usize) -> PlanShape {

@@ -149,16 +149,22 @@ fn bit_sets(vectors: &BTreeMap<u64, VectorBuf>) -> BTreeMap<u64, BTreeSet<u32>> 
 /// The answer's count, computed here from plain sets of bits rather than
 /// with the engine's folds that the cluster demonstrates.
 fn oracle_count(vectors: &BTreeMap<u64, BTreeSet<u32>>, message: &str) -> anyhow::Result<u64> {
-    let terms = match query::parse(message.as_bytes(), &query::Limits::default())? {
-        Query::Point(vid) => vec![(vid, vid)],
-        Query::Range(terms) => terms.iter().map(|t| (t.first, t.last)).collect(),
-    };
-    // Each term's rows, then the rows in every term.
+    let terms: Vec<Vec<(u64, u64)>> =
+        match query::parse(message.as_bytes(), &query::Limits::default())? {
+            Query::Point(vid) => vec![vec![(vid, vid)]],
+            Query::Range(terms) => terms
+                .iter()
+                .map(|t| t.spans.iter().map(|s| (s.first, s.last)).collect())
+                .collect(),
+        };
+    // Each term's rows (those of every vector in one of its spans), then
+    // the rows in every term.
     let unions: Vec<BTreeSet<u32>> = terms
         .iter()
-        .map(|&(first, last)| {
-            vectors
-                .range(first..=last)
+        .map(|spans| {
+            spans
+                .iter()
+                .flat_map(|&(first, last)| vectors.range(first..=last))
                 .flat_map(|(_, bits)| bits)
                 .copied()
                 .collect()
