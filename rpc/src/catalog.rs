@@ -10,12 +10,14 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use bitfold_engine::store::{StoreError, VidLog};
+use bitfold_engine::store::{Directory, MmapDirectory, StoreError, VidLog};
 
 /// The set of existing vids, durable in a [`VidLog`].
 #[derive(Debug)]
 pub struct Catalog {
     vids: BTreeSet<u64>,
+    /// The master's data directory, locked while the catalog lives.
+    dir: Arc<dyn Directory>,
     /// Shared with the blocking thread that appends and syncs.
     log: Arc<Mutex<VidLog>>,
 }
@@ -24,21 +26,32 @@ impl Catalog {
     /// Opens the catalog in `dir` (created if missing); a damaged log is
     /// refused with an error naming its file.
     pub fn open(dir: &Path) -> Result<Catalog, StoreError> {
-        let (log, vids) = VidLog::open(dir)?;
-        Ok(Catalog::with_log(log, vids))
+        Catalog::with_directory(Arc::new(MmapDirectory::open(dir)?))
     }
 
     /// A catalog of `vids` held in memory; nothing durable.
     #[cfg(test)]
     pub(crate) fn in_memory(vids: impl IntoIterator<Item = u64>) -> Catalog {
-        Catalog::with_log(VidLog::in_memory(), vids.into_iter().collect())
+        let memory = bitfold_engine::store::MemoryDirectory::new();
+        let mut catalog = Catalog::with_directory(Arc::new(memory))
+            .expect("an empty in-memory directory always opens");
+        catalog.vids.extend(vids);
+        catalog
     }
 
-    fn with_log(log: VidLog, vids: Vec<u64>) -> Catalog {
-        Catalog {
+    fn with_directory(dir: Arc<dyn Directory>) -> Result<Catalog, StoreError> {
+        let (log, vids) = VidLog::with_directory(dir.clone())?;
+        Ok(Catalog {
             vids: vids.into_iter().collect(),
+            dir,
             log: Arc::new(Mutex::new(log)),
-        }
+        })
+    }
+
+    /// The master's data directory the catalog lives in, for the master's
+    /// other records.
+    pub(crate) fn directory(&self) -> &dyn Directory {
+        &*self.dir
     }
 
     /// The catalog's file.

@@ -55,7 +55,7 @@ pub fn run_until(
     }
     let catalog = Catalog::open(&options.data_dir).map_err(crate::Error::Catalog)?;
     recorded::check_group(
-        &options.data_dir,
+        catalog.directory(),
         options.cluster.group,
         !catalog.is_empty(),
     )
