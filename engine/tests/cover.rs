@@ -233,7 +233,8 @@ fn whole_blocks_are_read_as_one_aggregate() {
 /// segment file, from its trailer (see the format in `segment/mod.rs`).
 fn aggregate_areas(bytes: &[u8]) -> (usize, std::ops::Range<usize>) {
     let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
-    let trailer = bytes.len() - 32 - 24;
+    // The footer (32 bytes) follows the version 3 trailer (32 bytes).
+    let trailer = bytes.len() - 32 - 32;
     let index = u64_at(trailer);
     let aggregates = index + 32 * u64_at(trailer + 8);
     assert!(u64_at(trailer + 16) > 0, "the segment has aggregates");

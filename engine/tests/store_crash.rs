@@ -1,11 +1,12 @@
-//! `kill -9` in the middle of imports loses no acknowledged batch.
+//! `kill -9` in the middle of imports or updates loses no acknowledged batch.
 //!
-//! The test spawns its own binary as a writer process (selected by an
-//! environment variable) that imports numbered batches and prints each
-//! number once `import` has returned `Ok`. The parent kills it with SIGKILL
-//! at a random moment (during a write, a merge, or opening), reopens the
-//! store and checks that every acknowledged batch is there, whole, that
-//! batches are never half applied, and that the range aggregates are exact.
+//! Each test spawns its own binary as a writer process (selected by an
+//! environment variable) that imports (or updates) numbered batches and
+//! prints each number once `import` (`update`) has returned `Ok`. The parent
+//! kills it with SIGKILL at a random moment (during a write, a merge, or
+//! opening), reopens the store and checks that every acknowledged batch is
+//! there, whole, that batches are never half applied, and that the range
+//! aggregates are exact.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -14,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
+use bitfold_engine::store::Update;
 use bitfold_engine::{Snapshot, Store, VectorBuf, VectorPart};
 
 mod common;
@@ -22,7 +24,10 @@ use common::Rng;
 const WRITER_DIR: &str = "BITFOLD_CRASH_WRITER_DIR";
 const FIRST_BATCH: &str = "BITFOLD_CRASH_FIRST_BATCH";
 const SEED: &str = "BITFOLD_CRASH_SEED";
-const TEST_NAME: &str = "kill_9_loses_no_acknowledged_batch";
+
+/// Batches each round's writer numbers from `round × ROUND`; the rounds.
+const ROUND: u64 = 1000;
+const ROUNDS: u64 = 10;
 
 /// Each batch has its own marker vector, so its presence is visible.
 const MARKER: u64 = 1 << 40;
@@ -92,9 +97,10 @@ impl Drop for Writer {
     }
 }
 
-fn spawn_writer(dir: &Path, first: u64) -> (Writer, mpsc::Receiver<u64>) {
+/// Starts test `test` of this binary as a writer from batch `first` on.
+fn spawn_writer(test: &str, dir: &Path, first: u64) -> (Writer, mpsc::Receiver<u64>) {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(WRITER_DIR, dir)
         .env(FIRST_BATCH, first.to_string())
         .stdout(Stdio::piped())
@@ -115,13 +121,19 @@ fn spawn_writer(dir: &Path, first: u64) -> (Writer, mpsc::Receiver<u64>) {
     (Writer(child), received)
 }
 
-#[test]
-fn kill_9_loses_no_acknowledged_batch() {
-    if let Some(dir) = std::env::var_os(WRITER_DIR) {
-        let first = std::env::var(FIRST_BATCH).unwrap().parse().unwrap();
-        write_until_killed(Path::new(&dir), first);
-        return;
-    }
+/// The writer's batch number to start from, when this process is a
+/// writer; `None` in the parent.
+fn writer_role() -> Option<(std::ffi::OsString, u64)> {
+    let dir = std::env::var_os(WRITER_DIR)?;
+    Some((dir, std::env::var(FIRST_BATCH).unwrap().parse().unwrap()))
+}
+
+/// Runs [`ROUNDS`] rounds in `dir`: start a writer (test `test` of this
+/// binary) from batch `round × ROUND`, let it acknowledge a random number
+/// of batches, kill it at a random moment, reopen the store and hand
+/// `check` the snapshot, every batch acknowledged so far, and the round's
+/// first batch.
+fn kill_rounds(test: &str, dir: &Path, mut check: impl FnMut(&Snapshot, &[u64], u64)) {
     // Kill points differ from run to run; a failing run prints its seed,
     // and setting it in the environment replays the same kill points.
     let seed = match std::env::var(SEED) {
@@ -133,12 +145,10 @@ fn kill_9_loses_no_acknowledged_batch() {
     };
     eprintln!("{SEED}={seed}");
     let mut rng = Rng(seed);
-    let dir = tempfile::tempdir().unwrap();
     let mut acked = Vec::new();
-    let mut landed = 0;
-    for round in 0..10u64 {
-        let first = round * 1000;
-        let (mut writer, acks) = spawn_writer(dir.path(), first);
+    for round in 0..ROUNDS {
+        let first = round * ROUND;
+        let (mut writer, acks) = spawn_writer(test, dir, first);
         for _ in 0..rng.below(13) {
             let n = acks
                 .recv_timeout(Duration::from_secs(60))
@@ -150,31 +160,134 @@ fn kill_9_loses_no_acknowledged_batch() {
         writer.0.wait().unwrap();
         // Acknowledgements printed before the kill count too.
         acked.extend(acks.iter());
+        let store = Store::open(dir).unwrap();
+        check(&store.snapshot(), &acked, first);
+    }
+}
 
-        let store = Store::open(dir.path()).unwrap();
-        let snapshot = store.snapshot();
-        for &n in &acked {
-            assert!(applied(&snapshot, n), "acknowledged batch {n} was lost");
+#[test]
+fn kill_9_loses_no_acknowledged_batch() {
+    const TEST: &str = "kill_9_loses_no_acknowledged_batch";
+    if let Some((dir, first)) = writer_role() {
+        write_until_killed(Path::new(&dir), first);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut landed = 0;
+    let mut round = 0;
+    kill_rounds(TEST, dir.path(), |snapshot, acked, first| {
+        for &n in acked {
+            assert!(applied(snapshot, n), "acknowledged batch {n} was lost");
         }
         // Of the batches not acknowledged, only the one in flight may have landed.
         let in_flight = acked.last().map_or(first, |&n| (n + 1).max(first));
-        for n in first..first + 1000 {
-            if !acked.contains(&n) && applied(&snapshot, n) {
+        for n in first..first + ROUND {
+            if !acked.contains(&n) && applied(snapshot, n) {
                 assert_eq!(n, in_flight, "batch {n} landed but was never written");
                 landed += 1;
             }
         }
         let all: Vec<u64> = snapshot.vids().collect();
-        assert_cover_exact(&snapshot, &all);
-        assert_cover_exact(&snapshot, &all[all.partition_point(|&v| v < MARKER)..]);
+        assert_cover_exact(snapshot, &all);
+        assert_cover_exact(snapshot, &all[all.partition_point(|&v| v < MARKER)..]);
         assert_eq!(
             snapshot.vids().filter(|&v| v >= MARKER).count(),
             acked.len() + landed,
             "round {round}"
         );
+        round += 1;
+    });
+    eprintln!("acknowledged batches kept through {ROUNDS} kills; {landed} in flight landed whole");
+}
+
+/// The vector update batches clear one bit each from.
+const CLEARED: u64 = 5;
+/// Update batch `n` deletes vector `DELETED + n`.
+const DELETED: u64 = 1 << 30;
+/// The vector every update batch replaces with its own bit.
+const LATEST: u64 = 9;
+
+/// Update batch `n`: its marker (a replace), a clear of bit `n` in a
+/// vector all batches clear from, the delete of a vector of its own, and
+/// the replace of a vector all batches replace.
+fn update_batch(n: u64, bit: &VectorBuf) -> [Update<'_>; 4] {
+    [
+        Update::Replace(MARKER + n, bit.as_part()),
+        Update::Clear(CLEARED, bit.as_part()),
+        Update::Delete(DELETED + n),
+        Update::Replace(LATEST, bit.as_part()),
+    ]
+}
+
+/// The writer process: applies update batches from `first` on until killed.
+fn update_until_killed(dir: &Path, first: u64) {
+    let store = Store::open(dir).unwrap();
+    for n in first.. {
+        let bit = VectorBuf::from_bits(vec![n as u32]);
+        store.update(&update_batch(n, &bit)).unwrap();
+        println!("acked {n}");
     }
-    eprintln!(
-        "{} acknowledged batches kept through 10 kills; {landed} in flight landed whole",
-        acked.len()
+}
+
+/// Whether update batch `n` is in the snapshot; panics if it is there in part.
+fn updated(snapshot: &Snapshot, n: u64) -> bool {
+    let marker = snapshot.contains(MARKER + n);
+    let cleared = !snapshot.parts(CLEARED).any(|p| p.contains(n as u32));
+    let deleted = !snapshot.contains(DELETED + n);
+    assert_eq!(
+        (cleared, deleted),
+        (marker, marker),
+        "update {n} is half applied"
     );
+    marker
+}
+
+#[test]
+fn kill_9_leaves_each_update_before_or_after() {
+    const TEST: &str = "kill_9_leaves_each_update_before_or_after";
+    if let Some((dir, first)) = writer_role() {
+        update_until_killed(Path::new(&dir), first);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let every: Vec<u64> = (0..ROUNDS * ROUND).collect();
+    let cleared = VectorBuf::from_bits(every.iter().map(|&n| n as u32).collect());
+    let one = VectorBuf::from_bits(vec![1]);
+    let mut batch = vec![(CLEARED, cleared.as_part())];
+    batch.extend(every.iter().map(|n| (DELETED + n, one.as_part())));
+    Store::open(dir.path()).unwrap().import(&batch).unwrap();
+    // The batches found applied in earlier rounds, and the newest of them.
+    let mut done = BTreeSet::new();
+    kill_rounds(TEST, dir.path(), |snapshot, acked, first| {
+        for &n in acked {
+            assert!(updated(snapshot, n), "acknowledged update {n} was lost");
+        }
+        // Batches apply in order: this round's are a prefix of its numbers,
+        // ending at most at the one in flight.
+        let in_flight = acked.last().map_or(first, |&n| (n + 1).max(first));
+        let round: Vec<u64> = (first..first + ROUND)
+            .filter(|&n| updated(snapshot, n))
+            .collect();
+        assert!(round.iter().copied().eq(first..first + round.len() as u64));
+        assert!(
+            round.last().is_none_or(|&n| n <= in_flight),
+            "an update landed unwritten"
+        );
+        for &n in &every {
+            if !(first..first + ROUND).contains(&n) {
+                assert_eq!(updated(snapshot, n), done.contains(&n), "update {n}");
+            }
+        }
+        done.extend(round);
+        let latest: BTreeSet<u32> = snapshot.parts(LATEST).flat_map(|p| p.bits()).collect();
+        let expected = done.last().map(|&n| n as u32);
+        assert_eq!(
+            latest,
+            expected.into_iter().collect(),
+            "the latest replace wins"
+        );
+        let all: Vec<u64> = snapshot.vids().collect();
+        assert_cover_exact(snapshot, &all);
+        assert_cover_exact(snapshot, &all[all.partition_point(|&v| v < DELETED)..]);
+    });
 }

@@ -165,8 +165,54 @@ fn a_torn_creation_starts_empty(backend: &dyn Backend) {
     assert_eq!(vids(backend), [4]);
 }
 
+fn removes_replay_in_order_with_appends(backend: &dyn Backend) {
+    let (mut log, _) = backend.open().unwrap();
+    log.append(&[1, 2, 3, 4]).unwrap();
+    log.remove(&[2, 4, 99]).unwrap();
+    log.append(&[4, 5]).unwrap();
+    log.remove(&[]).unwrap();
+    log.remove(&[5]).unwrap();
+    drop(log);
+    assert_eq!(vids(backend), [1, 3, 4]);
+}
+
+/// Random appends and removes against a naive replay: the live vids in the
+/// order of their latest append.
+fn random_removes_match_a_replay(backend: &dyn Backend) {
+    let mut rng = Rng(11);
+    let mut live: Vec<u64> = Vec::new();
+    let (mut log, _) = backend.open().unwrap();
+    for _ in 0..40 {
+        let batch: Vec<u64> = (0..rng.below(8)).map(|_| rng.below(30)).collect();
+        if rng.below(3) == 0 {
+            log.remove(&batch).unwrap();
+            live.retain(|vid| !batch.contains(vid));
+        } else {
+            log.append(&batch).unwrap();
+            live.extend(&batch);
+        }
+    }
+    drop(log);
+    assert_eq!(vids(backend), live);
+}
+
+fn a_torn_remove_is_dropped(backend: &dyn Backend) {
+    let (mut log, _) = backend.open().unwrap();
+    log.append(&[1, 2]).unwrap();
+    let whole = backend.read().len();
+    log.remove(&[1]).unwrap();
+    drop(log);
+    let bytes = backend.read();
+    backend.write(&bytes[..bytes.len() - 1]);
+    assert_eq!(vids(backend), [1, 2]);
+    assert_eq!(backend.read().len(), whole);
+}
+
 on_both_backends!(
     super::Disk, super::Memory;
+    removes_replay_in_order_with_appends,
+    random_removes_match_a_replay,
+    a_torn_remove_is_dropped,
     survives_reopening,
     random_appends_read_back_in_order,
     reads_and_extends_what_an_earlier_bitfold_wrote,

@@ -6,9 +6,12 @@
 //! `AGGREGATE_LEVELS[l]` vids starting at a multiple of that width, and each
 //! width divides the next, so blocks nest. Aggregates are per segment
 //! because segments never change: an aggregate is exact for its segment
-//! whatever is imported or merged later, and a vid's vector is the union of
-//! its parts in every segment. So imports never rewrite an aggregate; a merge
-//! writes fresh ones for the merged segment.
+//! whatever is imported or merged later. So imports never rewrite an
+//! aggregate; a merge writes fresh ones for the merged segment. An update
+//! (a `base` or `deleted` record) makes the older aggregates of its blocks
+//! stale, since they may hold bits it removed: a cover does not use them,
+//! and the update segment carries aggregates rebuilt for those blocks that
+//! stand for the older segments too (see `update.rs`).
 //!
 //! A segment has the aggregate of a block when the vids it holds there fall
 //! in at least two child blocks (two distinct vids at the lowest level),
@@ -17,14 +20,14 @@
 //! (see `budget`), which keeps the aggregates under a third of the store.
 //!
 //! [`Cover`] uses an aggregate only when the run asks for every vid the
-//! segment holds in the block, so a vid the caller did not ask for is never
-//! included: a handler covering its share of a term's vids stays exact when
-//! another replica serves the rest.
+//! segment holds in the block (but those it deletes), so a vid the caller
+//! did not ask for is never included: a handler covering its share of a
+//! term's vids stays exact when another replica serves the rest.
 
 use std::ops::Range;
 
 use super::StoreError;
-use super::segment::{Segment, SegmentWriter};
+use super::segment::{RecordKind, Segment, SegmentWriter};
 use crate::fold::{PlannedPart, UnionPlan};
 use crate::vector::{CONTAINER_WORDS, VectorBuf, VectorPart};
 
@@ -232,14 +235,19 @@ impl<'s> Cover<'s> {
         self.parts.push(part);
     }
 
-    /// Adds the parts `segment` holds of `vids` (ascending, distinct).
-    pub(crate) fn add_segment(&mut self, segment: &'s Segment, vids: &[u64]) {
+    /// Adds the parts `segment` holds of `vids` (ascending, distinct; none
+    /// of them has a chain ended by a newer segment). Returns the blocks
+    /// whose vectors an aggregate covering older segments answered (see
+    /// [`Segment::covers_older`]): older segments must add nothing there.
+    pub(crate) fn add_segment(&mut self, segment: &'s Segment, vids: &[u64]) -> Vec<Range<u64>> {
         let held = 0..segment.vector_count();
+        let mut settled = Vec::new();
         if segment.has_aggregates() {
-            self.descend(segment, AGGREGATE_LEVELS.len(), vids, held);
+            self.descend(segment, AGGREGATE_LEVELS.len(), vids, held, &mut settled);
         } else {
             self.singles(segment, vids, held);
         }
+        settled
     }
 
     /// Covers `vids`, all in one block of level `above` (anywhere when
@@ -248,7 +256,14 @@ impl<'s> Cover<'s> {
     /// when `vids` holds every vid the segment has there, else one level
     /// further down. Cost: O(len(vids)) per level plus a binary search per
     /// block, whatever the width of the blocks.
-    fn descend(&mut self, segment: &'s Segment, above: usize, vids: &[u64], held: Range<usize>) {
+    fn descend(
+        &mut self,
+        segment: &'s Segment,
+        above: usize,
+        vids: &[u64],
+        held: Range<usize>,
+        settled: &mut Vec<Range<u64>>,
+    ) {
         let Some(level) = above.checked_sub(1) else {
             return self.singles(segment, vids, held);
         };
@@ -264,19 +279,26 @@ impl<'s> Cover<'s> {
                 && let Some(aggregate) = segment.aggregate(level, block)
             {
                 self.push(aggregate, Some(level));
+                if segment.covers_older() {
+                    settled.push(block..block + width);
+                }
                 continue;
             }
-            self.descend(segment, level, run, inside);
+            self.descend(segment, level, run, inside, settled);
         }
     }
 
-    /// Adds the single parts of `vids` among the entries `held`.
+    /// Adds the single parts of `vids` among the entries `held` (`deleted`
+    /// and `keep` records and empty `base` ones have none).
     fn singles(&mut self, segment: &'s Segment, vids: &[u64], held: Range<usize>) {
         let mut from = held.start;
         for &vid in vids {
             let found = segment.entries_between(from..held.end, vid, vid);
             if !found.is_empty() {
-                self.push(segment.part_at(found.start), None);
+                let part = segment.part_at(found.start);
+                if !part.is_empty() {
+                    self.push(part, None);
+                }
             }
             from = found.end;
         }
@@ -284,13 +306,13 @@ impl<'s> Cover<'s> {
 }
 
 /// Whether `run` (ascending) holds the vid of every entry of `held`
-/// (ascending too). O(len(run)): no more than that many entries are looked at.
+/// (ascending too) but the `deleted` ones, which add nothing to an
+/// aggregate. O(len(run)) but for `deleted` entries: no more than that many
+/// other entries are looked at.
 fn asks_for_all(segment: &Segment, held: Range<usize>, run: &[u64]) -> bool {
-    if held.len() > run.len() {
-        return false;
-    }
     let mut asked = run.iter();
     held.into_iter()
+        .filter(|&i| segment.kind_at(i) != RecordKind::Deleted)
         .all(|i| asked.any(|&vid| vid == segment.vid_at(i)))
 }
 

@@ -83,13 +83,9 @@ pub(crate) fn u64_at(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
 }
 
-/// Checks the footer of `bytes` (the whole file at `path`) and returns the body.
-pub(crate) fn check<'a>(bytes: &'a [u8], kind: &Kind, path: &Path) -> Result<&'a [u8], StoreError> {
-    check_versions(bytes, kind, kind.version, path).map(|(body, _)| body)
-}
-
-/// Like [`check`], but accepts every format version from `oldest` to
-/// `kind.version`; returns the body and the file's version.
+/// Checks the footer of `bytes` (the whole file at `path`), accepting every
+/// format version from `oldest` to `kind.version`; returns the body and the
+/// file's version.
 pub(crate) fn check_versions<'a>(
     bytes: &'a [u8],
     kind: &Kind,

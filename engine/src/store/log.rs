@@ -1,12 +1,15 @@
-//! The vid log: a durable, append-only list of vids, the master's catalog on
-//! disk (`catalog.log` in its data directory).
+//! The vid log: a durable, append-only list of vids added and removed, the
+//! master's catalog on disk (`catalog.log` in its data directory).
 //!
 //! ```text
 //! file   := magic record*
 //! magic  := "BFCATLG1"
-//! record := count:u32 head:u32 vid:u64{count} sum:u64      (little-endian)
+//! record := count:u32 head:u32 vid:u64{count & 0x7fff_ffff} sum:u64   (little-endian)
 //! ```
 //!
+//! A record adds its vids, or removes them if bit 31 of `count` is set
+//! ([`VidLog::remove`]); opening replays the records in order. Logs written
+//! before removes existed never set that bit and read as they always did.
 //! `head` is the low half of the xxh3-64 of `count`'s bytes and `sum` the
 //! xxh3-64 of everything before it in the record, so a record is either whole
 //! and right or recognisably not. Records are only appended, and synced
@@ -14,6 +17,7 @@
 //! crash in the middle of an append) is dropped and cut off the file; damage
 //! anywhere before the end is refused with an error naming the file.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -30,6 +34,9 @@ const MAGIC: &[u8; 8] = b"BFCATLG1";
 
 /// The most vids one record holds; longer appends are split.
 const RECORD_MAX: usize = 1 << 20;
+
+/// The bit of a record's count that makes it a remove record.
+const REMOVE: u32 = 1 << 31;
 
 /// An open vid log. Appends are serialised by `&mut self`; each is durable
 /// when it returns.
@@ -51,7 +58,8 @@ impl std::fmt::Debug for VidLog {
 impl VidLog {
     /// Opens (creating if missing) the log in directory `dir`, which stays
     /// locked against other processes while the log lives. Returns the log
-    /// and the vids it holds, in the order appended.
+    /// and the vids it holds: those appended, in the order appended, less
+    /// each one removed after it was appended.
     pub fn open(dir: impl AsRef<Path>) -> Result<(VidLog, Vec<u64>), StoreError> {
         VidLog::with_directory(Arc::new(MmapDirectory::open(dir)?))
     }
@@ -99,12 +107,24 @@ impl VidLog {
     /// Appends `vids`, durably (synced) before returning. If it fails, the
     /// log holds none of them.
     pub fn append(&mut self, vids: &[u64]) -> Result<(), StoreError> {
+        self.write_records(vids, 0)
+    }
+
+    /// Records that `vids` were removed, durably (synced) before returning:
+    /// the log no longer returns them unless appended again. If it fails,
+    /// the log holds none of the removes.
+    pub fn remove(&mut self, vids: &[u64]) -> Result<(), StoreError> {
+        self.write_records(vids, REMOVE)
+    }
+
+    /// Appends records of `vids`, `flag` or-ed into each count.
+    fn write_records(&mut self, vids: &[u64], flag: u32) -> Result<(), StoreError> {
         if vids.is_empty() {
             return Ok(());
         }
         let mut bytes = Vec::with_capacity(vids.len() * 8 + 16);
         for chunk in vids.chunks(RECORD_MAX) {
-            encode_record(chunk, &mut bytes);
+            encode_record(chunk, flag, &mut bytes);
         }
         if let Err(err) = self.file.write_at(self.len, &bytes) {
             // Leave no partial record behind for later appends to follow.
@@ -120,9 +140,9 @@ fn head_of(count: u32) -> u32 {
     xxh3_64(&count.to_le_bytes()) as u32
 }
 
-fn encode_record(vids: &[u64], out: &mut Vec<u8>) {
+fn encode_record(vids: &[u64], flag: u32, out: &mut Vec<u8>) {
     let start = out.len();
-    let count = u32::try_from(vids.len()).expect("records hold at most RECORD_MAX vids");
+    let count = u32::try_from(vids.len()).expect("records hold at most RECORD_MAX vids") | flag;
     out.extend_from_slice(&count.to_le_bytes());
     out.extend_from_slice(&head_of(count).to_le_bytes());
     for vid in vids {
@@ -137,6 +157,9 @@ fn encode_record(vids: &[u64], out: &mut Vec<u8>) {
 fn parse(bytes: &[u8]) -> Result<(Vec<u64>, u64), (u64, &'static str)> {
     const NOT_A_LOG: &str = "this is not a bitfold catalog (bad magic)";
     let mut vids = Vec::new();
+    // For each removed vid, how many vids had been appended when it was
+    // last removed: its appends before that are undone.
+    let mut removed: HashMap<u64, usize> = HashMap::new();
     if bytes.len() < MAGIC.len() {
         // Only a crash while creating the file leaves less than the magic.
         return if MAGIC.starts_with(bytes) || bytes.iter().all(|&b| b == 0) {
@@ -154,8 +177,9 @@ fn parse(bytes: &[u8]) -> Result<(Vec<u64>, u64), (u64, &'static str)> {
         if rest.len() < 8 {
             break at;
         }
-        let count = u32_at(rest, 0);
-        if head_of(count) != u32_at(rest, 4) || count as usize > RECORD_MAX {
+        let field = u32_at(rest, 0);
+        let count = field & !REMOVE;
+        if head_of(field) != u32_at(rest, 4) || count as usize > RECORD_MAX {
             // A crash can leave zeros where an append was going; anything
             // else in a record header is damage.
             if rest.iter().all(|&b| b == 0) {
@@ -174,8 +198,20 @@ fn parse(bytes: &[u8]) -> Result<(Vec<u64>, u64), (u64, &'static str)> {
             }
             return Err((at as u64, "a record fails its checksum"));
         }
-        vids.extend((0..count as usize).map(|i| u64_at(body, 8 + i * 8)));
+        let record = (0..count as usize).map(|i| u64_at(body, 8 + i * 8));
+        if field & REMOVE == 0 {
+            vids.extend(record);
+        } else {
+            removed.extend(record.map(|vid| (vid, vids.len())));
+        }
         at += need;
     };
+    if !removed.is_empty() {
+        let mut position = 0;
+        vids.retain(|vid| {
+            position += 1;
+            removed.get(vid).is_none_or(|&undone| position > undone)
+        });
+    }
     Ok((vids, valid as u64))
 }

@@ -1,8 +1,14 @@
 //! The manifest: the list of live segment files, replaced atomically.
 //!
 //! ```text
-//! segment count u64 | (segment id u64, file length u64) × count, ascending id | footer
+//! segment count u64 | (segment id u64, file length u64) × count, oldest first | footer
 //! ```
+//!
+//! The order is the segments' age: where two segments hold records of one
+//! vid, the later one's record is the newer. Version 1 listed ids ascending
+//! (its segments only set bits, so their order did not matter); it is still
+//! read. Since version 2 a merged segment takes the place of the run of
+//! segments it replaces, so ids are distinct but need not ascend.
 //!
 //! Replacing it is the commit point of every change to a store: a new
 //! manifest is written under a temporary name, synced and renamed over the
@@ -19,9 +25,12 @@ pub(crate) const MANIFEST_NAME: &str = "MANIFEST";
 
 const MANIFEST: Kind = Kind {
     magic: *b"BFOLDMAN",
-    version: 1,
+    version: 2,
     name: "manifest",
 };
+
+/// The oldest manifest format version this build reads.
+const OLDEST_VERSION: u32 = 1;
 
 /// One live segment: its id (which gives its file name) and its length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +39,7 @@ pub(crate) struct SegmentRecord {
     pub(crate) len: u64,
 }
 
-/// The live segments, ascending by id.
+/// The live segments, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Manifest {
     pub(crate) segments: Vec<SegmentRecord>,
@@ -41,7 +50,7 @@ impl Manifest {
     pub(crate) fn read(dir: &dyn Directory) -> Result<Manifest, StoreError> {
         let path = dir.path(MANIFEST_NAME);
         let bytes = dir.read(MANIFEST_NAME)?;
-        let body = footer::check(&bytes, &MANIFEST, &path)?;
+        let (body, _) = footer::check_versions(&bytes, &MANIFEST, OLDEST_VERSION, &path)?;
         let corrupt = |problem: String| StoreError::corrupt(&path, problem);
         if body.len() < 8 {
             return Err(corrupt("it has no segment count".into()));
@@ -60,8 +69,10 @@ impl Manifest {
                 len: u64_at(record, 8),
             })
             .collect();
-        if !segments.windows(2).all(|w| w[0].id < w[1].id) {
-            return Err(corrupt("its segment ids are not strictly ascending".into()));
+        let mut ids: Vec<u64> = segments.iter().map(|record| record.id).collect();
+        ids.sort_unstable();
+        if let Some(pair) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(corrupt(format!("it names segment {} twice", pair[0])));
         }
         Ok(Manifest { segments })
     }

@@ -10,18 +10,24 @@
 //! the store is next opened. Opening checks every live file's footer,
 //! checksum and structure and refuses a damaged one with an error naming it.
 //!
-//! A vid may have a part in several segments (an import sets bits; it never
-//! rewrites what is stored): the vector is the union of its parts, which
-//! [`Snapshot::parts`] yields. So that the number of files (and maps) stays
-//! small, segments are merged after an import: segments fall in size tiers a
-//! factor of [`MERGE_FACTOR`] apart (the first tier holding everything below
-//! 8 MiB), and when a tier holds [`MERGE_FACTOR`] segments they are merged
-//! into one. A store of total size `S` then has at most about
-//! `7 × log8(S / 1 MiB)` segments (under 50 for a terabyte), and each byte is
-//! rewritten about once per tier rather than once per import, as merging
-//! everything whenever there are 8 files would do. A merge unions each vid's
-//! parts and streams the result window by window, so even a vector of 2^32
-//! bits (512 MiB dense) is never held twice.
+//! A vid may have a record in several segments. An import writes `set`
+//! records (it never rewrites what is stored): the vector is the union of
+//! its parts, which [`Snapshot::parts`] yields. [`Store::update`] clears
+//! bits, deletes and replaces vectors by writing `base` records (the whole
+//! vector as of the update) and `deleted` ones, through which reads of older
+//! records stop; the manifest lists segments in age order so that "older"
+//! is always known (see `update.rs`). So that the number of files (and
+//! maps) stays small, segments are merged after an import or update:
+//! segments fall in size tiers a factor of [`MERGE_FACTOR`] apart (the first
+//! tier holding everything below 8 MiB), and when a tier holds
+//! [`MERGE_FACTOR`] segments the shortest run of consecutive segments
+//! holding them is merged into one (see `merge.rs`). A store of total size
+//! `S` then has at most about `7 × log8(S / 1 MiB)` segments (under 50 for a
+//! terabyte), and each byte is rewritten about once per tier rather than
+//! once per import, as merging everything whenever there are 8 files would
+//! do. A merge resolves each vid's records and streams the result window by
+//! window, so even a vector of 2^32 bits (512 MiB dense) is never held
+//! twice.
 //!
 //! Each segment also holds range aggregates: for aligned blocks of vids at
 //! the widths of [`AGGREGATE_LEVELS`], the union of the vectors it holds in
@@ -32,7 +38,7 @@
 //! deletes the old files, but a running query keeps the maps it has.
 //!
 //! The master's catalog lives on the same [`Directory`] contract, as a
-//! [`VidLog`]: an append-only, checksummed list of vids.
+//! [`VidLog`]: an append-only, checksummed list of vids added and removed.
 //!
 //! ```
 //! use bitfold_engine::{Store, VectorBuf};
@@ -53,23 +59,26 @@ mod error;
 mod footer;
 mod log;
 mod manifest;
+mod merge;
 mod mmap;
 mod segment;
+mod snapshot;
 mod storage;
+mod update;
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
 use std::fmt;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use rayon::prelude::*;
 
 pub use aggregate::{AGGREGATE_LEVELS, Cover, CoverStats};
 pub use error::StoreError;
 pub use log::{VID_LOG_NAME, VidLog};
+pub use snapshot::Snapshot;
 pub use storage::{AppendFile, Directory, FileBytes, FileWriter, MemoryDirectory, MmapDirectory};
+pub use update::{Update, UpdateStats};
 
 use crate::vector::VectorPart;
 use manifest::{MANIFEST_NAME, Manifest, SegmentRecord};
@@ -78,9 +87,6 @@ use segment::{Segment, SegmentWriter, parse_segment_name, segment_name};
 /// How many segments of one size tier are merged into one, and the size
 /// ratio between tiers.
 pub const MERGE_FACTOR: usize = 8;
-
-/// Segments smaller than `TIER_BASE × MERGE_FACTOR` bytes form the first tier.
-const TIER_BASE: u64 = 1 << 20;
 
 /// What an import wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -146,7 +152,12 @@ impl Store {
         for name in names.iter().filter(|name| is_leftover(name, &manifest)) {
             dir.delete(name)?;
         }
-        let next_id = manifest.segments.last().map_or(1, |record| record.id + 1);
+        let next_id = manifest
+            .segments
+            .iter()
+            .map(|r| r.id + 1)
+            .max()
+            .unwrap_or(1);
         Ok(Store {
             dir,
             current: RwLock::new(Arc::new(Snapshot::new(segments))),
@@ -206,7 +217,7 @@ impl Store {
         Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// Makes `segments` (ascending id) the live set: the manifest first, then
+    /// Makes `segments` (oldest first) the live set: the manifest first, then
     /// the snapshot readers see.
     fn install(&self, segments: Vec<Arc<Segment>>) -> Result<(), StoreError> {
         let manifest = Manifest {
@@ -224,40 +235,22 @@ impl Store {
         Ok(())
     }
 
-    /// Merges the segments of every full size tier; returns how many were merged.
+    /// Merges runs of consecutive segments until no size tier is full;
+    /// returns how many segments were merged.
     fn merge_full_tiers(&self, next_id: &mut u64) -> Result<usize, StoreError> {
         let mut merged = 0;
         loop {
             let snapshot = self.snapshot();
-            let Some(tier) = full_tier(&snapshot.segments) else {
+            let Some(run) = merge::full_run(&snapshot.segments) else {
                 return Ok(merged);
             };
-            let (group, mut keep): (Vec<_>, Vec<_>) = snapshot
-                .segments
-                .iter()
-                .cloned()
-                .partition(|s| tier_of(s.len()) == tier);
+            let group = &snapshot.segments[run.clone()];
             let id = take_id(next_id);
-            let mut writer = SegmentWriter::create(&*self.dir, id)?;
-            let mut merge = VidMerge::new(&group);
-            let (mut hits, mut parts) = (Vec::new(), Vec::new());
-            let (mut vids, mut all_hits, mut ends) = (Vec::new(), Vec::new(), Vec::new());
-            while let Some(vid) = merge.next_group(&mut hits) {
-                parts.clear();
-                parts.extend(hits.iter().map(|&(s, i)| group[s].part_at(i)));
-                writer.add(vid, &parts)?;
-                vids.push(vid);
-                all_hits.extend_from_slice(&hits);
-                ends.push(all_hits.len());
-            }
-            aggregate::write(&mut writer, &vids, |range| {
-                let hits = &all_hits[ends_range(&ends, range)];
-                hits.iter().map(|&(s, i)| group[s].part_at(i))
-            })?;
-            let len = writer.finish()?;
-            keep.push(Arc::new(Segment::open(&*self.dir, id, len)?));
-            self.install(keep)?;
-            for old in &group {
+            let len = merge::write(&*self.dir, id, group, run.start == 0)?;
+            let mut segments = snapshot.segments.clone();
+            segments.splice(run, [Arc::new(Segment::open(&*self.dir, id, len)?)]);
+            self.install(segments)?;
+            for old in group {
                 // Snapshots still holding the old segment keep its map. A
                 // failed delete only leaves a file the manifest no longer
                 // names, which the next open removes.
@@ -290,170 +283,9 @@ fn is_leftover(name: &str, manifest: &Manifest) -> bool {
     parse_segment_name(name).is_some_and(|id| manifest.segments.iter().all(|r| r.id != id))
 }
 
-/// The size tier of a segment of `len` bytes.
-fn tier_of(len: u64) -> u32 {
-    let mut tier = 0;
-    let mut size = len / (TIER_BASE * MERGE_FACTOR as u64);
-    while size > 0 {
-        size /= MERGE_FACTOR as u64;
-        tier += 1;
-    }
-    tier
-}
-
-/// The smallest tier holding at least [`MERGE_FACTOR`] segments.
-fn full_tier(segments: &[Arc<Segment>]) -> Option<u32> {
-    let mut counts = BTreeMap::new();
-    for segment in segments {
-        *counts.entry(tier_of(segment.len())).or_insert(0) += 1;
-    }
-    counts
-        .into_iter()
-        .find(|&(_, count)| count >= MERGE_FACTOR)
-        .map(|(tier, _)| tier)
-}
-
-/// A consistent, immutable view of a store: the segments live when it was
-/// taken. Holding it keeps their maps alive.
-pub struct Snapshot {
-    segments: Vec<Arc<Segment>>,
-    vector_count: OnceLock<u64>,
-}
-
-impl fmt::Debug for Snapshot {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Snapshot")
-            .field("segments", &self.segments)
-            .finish()
-    }
-}
-
-impl Snapshot {
-    fn new(segments: Vec<Arc<Segment>>) -> Snapshot {
-        Snapshot {
-            segments,
-            vector_count: OnceLock::new(),
-        }
-    }
-
-    /// The parts whose union is vector `vid` (none if it does not exist).
-    pub fn parts(&self, vid: u64) -> impl Iterator<Item = VectorPart<'_>> + '_ {
-        self.segments.iter().filter_map(move |s| s.get(vid))
-    }
-
-    /// Parts whose union is exactly the union of the vectors `vids`
-    /// (ascending, distinct; vids not held add nothing), using range
-    /// aggregates where they save reads.
-    ///
-    /// Per segment, an aggregate of a block is used only when `vids` holds
-    /// every vid that segment has in the block, so the union never includes
-    /// a vector that was not asked for; otherwise the block is covered by
-    /// the level below, and at the bottom by single vector parts. The cost
-    /// of choosing is O(len(vids)) per level and segment, not the width of
-    /// the blocks.
-    ///
-    /// # Panics
-    ///
-    /// If `vids` is not strictly ascending.
-    pub fn cover(&self, vids: &[u64]) -> Cover<'_> {
-        assert!(
-            vids.windows(2).all(|w| w[0] < w[1]),
-            "Snapshot::cover takes vids strictly ascending"
-        );
-        let mut cover = Cover::default();
-        for segment in &self.segments {
-            cover.add_segment(segment, vids);
-        }
-        cover
-    }
-
-    /// Whether vector `vid` exists.
-    pub fn contains(&self, vid: u64) -> bool {
-        self.segments.iter().any(|s| s.contains(vid))
-    }
-
-    /// Every vid held, ascending.
-    pub fn vids(&self) -> impl Iterator<Item = u64> + '_ {
-        let mut merge = VidMerge::new(&self.segments);
-        let mut hits = Vec::new();
-        std::iter::from_fn(move || merge.next_group(&mut hits))
-    }
-
-    /// Number of vectors held.
-    pub fn vector_count(&self) -> u64 {
-        *self.vector_count.get_or_init(|| match &self.segments[..] {
-            [only] => only.vector_count() as u64,
-            _ => self.vids().count() as u64,
-        })
-    }
-
-    /// Bytes of the live data files.
-    pub fn byte_size(&self) -> u64 {
-        self.segments.iter().map(|s| s.len()).sum()
-    }
-
-    /// Number of live segment files (each one memory map).
-    pub fn segment_count(&self) -> usize {
-        self.segments.len()
-    }
-}
-
-/// Walks the indexes of several segments together in ascending vid order.
-struct VidMerge<'s> {
-    segments: &'s [Arc<Segment>],
-    /// (vid, segment, entry) of each segment's next entry.
-    heads: BinaryHeap<Reverse<(u64, usize, usize)>>,
-}
-
-impl<'s> VidMerge<'s> {
-    fn new(segments: &'s [Arc<Segment>]) -> Self {
-        let mut merge = VidMerge {
-            segments,
-            heads: BinaryHeap::with_capacity(segments.len()),
-        };
-        for s in 0..segments.len() {
-            merge.push(s, 0);
-        }
-        merge
-    }
-
-    fn push(&mut self, segment: usize, entry: usize) {
-        if entry < self.segments[segment].vector_count() {
-            let vid = self.segments[segment].vid_at(entry);
-            self.heads.push(Reverse((vid, segment, entry)));
-        }
-    }
-
-    /// The next vid; `hits` receives the (segment, entry) pairs holding it.
-    fn next_group(&mut self, hits: &mut Vec<(usize, usize)>) -> Option<u64> {
-        let Reverse((vid, _, _)) = *self.heads.peek()?;
-        hits.clear();
-        while let Some(&Reverse((next, segment, entry))) = self.heads.peek() {
-            if next != vid {
-                break;
-            }
-            self.heads.pop();
-            hits.push((segment, entry));
-            self.push(segment, entry + 1);
-        }
-        Some(vid)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tiers_are_a_merge_factor_apart() {
-        const MIB: u64 = 1 << 20;
-        assert_eq!(tier_of(0), 0);
-        assert_eq!(tier_of(8 * MIB - 1), 0);
-        assert_eq!(tier_of(8 * MIB), 1);
-        assert_eq!(tier_of(64 * MIB - 1), 1);
-        assert_eq!(tier_of(64 * MIB), 2);
-        assert_eq!(tier_of(1 << 40), 6);
-    }
 
     #[test]
     fn only_files_of_interrupted_writes_are_leftovers() {

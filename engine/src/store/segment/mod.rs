@@ -9,13 +9,23 @@
 //!                 sparse keys   u16 × sparse containers
 //!                 sparse values u16 × values
 //! aggregates    the same five slices for each range aggregate
-//! index         (8-byte aligned) one entry per vector, ascending vid:
-//!                 vid u64 | offset u64 | dense u32 | sparse u32 | values u32 | reserved u32
+//! index         (8-byte aligned) one entry per record, ascending vid:
+//!                 vid u64 | offset u64 | dense u32 | sparse u32 | values u32 | kind u32
 //! aggregate index  one entry per aggregate, ascending (level, block):
 //!                 block u64 | offset u64 | dense u32 | sparse u32 | values u32 | level u32
-//! trailer       index offset u64 | vector count u64 | aggregate count u64
+//! trailer       index offset u64 | record count u64 | aggregate count u64 | flags u64
 //! footer        see `footer.rs`
 //! ```
+//!
+//! A record's `kind` ([`RecordKind`]) says how it combines with the older
+//! records of its vid: `set` (0) adds bits, `base` (1) is the whole vector
+//! as of this record, `deleted` (2) ends the vector, `keep` (3) changes
+//! nothing but says the vector exists (see `flags`). A `set` record has at
+//! least one container, `deleted` and `keep` none, `base` any number.
+//! Bit 0 of `flags` ([`COVERS_OLDER`]) marks a segment written by an
+//! update: each of its aggregates is the union of every vector existing in
+//! the block as of the segment, older segments' parts included, and the
+//! segment has a record for each of those vectors (`keep` where unchanged).
 //!
 //! `offset` is where the vector's words start (or its ends, if it has no
 //! dense container); the other slices follow back to back, each naturally
@@ -24,7 +34,8 @@
 //! An aggregate is the union of the vectors this segment holds in one
 //! aligned block of vids (see `aggregate.rs`); `block` is the block's first
 //! vid. Format version 1 has no aggregates and a trailer without their
-//! count; it is still read.
+//! count, version 2 no flags and only `set` records (its kind field is
+//! zero); both are still read.
 //! All integers are little-endian, which is why bitfold builds only for
 //! little-endian targets.
 //!
@@ -48,9 +59,46 @@ compile_error!("bitfold's store files are little-endian words read in place");
 
 pub(crate) const SEGMENT: Kind = Kind {
     magic: *b"BFOLDSEG",
-    version: 2,
+    version: 3,
     name: "segment",
 };
+
+/// Trailer flag: the segment's aggregates cover every vector existing in
+/// their block as of the segment, not only its own records.
+pub(crate) const COVERS_OLDER: u64 = 1;
+
+/// How a record combines with the older records of its vid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RecordKind {
+    /// Adds its bits to the vector (creating it if it does not exist).
+    Set = 0,
+    /// The vector is exactly these bits plus newer records; older records
+    /// do not count. Exists even when empty.
+    Base = 1,
+    /// The vector does not exist as of this record.
+    Deleted = 2,
+    /// Changes nothing; written by an update for an existing vector of a
+    /// block whose aggregates it rebuilt.
+    Keep = 3,
+}
+
+impl RecordKind {
+    fn from_field(field: u32) -> Option<RecordKind> {
+        [
+            RecordKind::Set,
+            RecordKind::Base,
+            RecordKind::Deleted,
+            RecordKind::Keep,
+        ]
+        .into_iter()
+        .find(|kind| *kind as u32 == field)
+    }
+
+    /// Whether older records of the vid no longer count.
+    pub(crate) fn ends_chain(self) -> bool {
+        matches!(self, RecordKind::Base | RecordKind::Deleted)
+    }
+}
 
 /// The oldest segment format version this build reads (version 1 has no
 /// aggregates).
@@ -59,11 +107,14 @@ const OLDEST_VERSION: u32 = 1;
 /// Words of one index entry.
 const ENTRY_WORDS: usize = 4;
 
-/// Bytes of the trailer before the footer.
-const TRAILER_LEN: usize = 24;
-
-/// Bytes of the trailer of a version 1 segment (no aggregate count).
-const TRAILER_LEN_V1: usize = 16;
+/// Bytes of the trailer before the footer, by format version (1, 2, 3).
+fn trailer_len(version: u32) -> usize {
+    match version {
+        1 => 16,
+        2 => 24,
+        _ => 32,
+    }
+}
 
 /// Alignment of a vector's dense words in the file (a cache line).
 const DENSE_ALIGN: u64 = 64;

@@ -7,8 +7,8 @@ use std::ops::Range;
 use std::path::PathBuf;
 
 use super::{
-    DENSE_ALIGN, ENTRY_WORDS, Entry, OLDEST_VERSION, SEGMENT, TRAILER_LEN, TRAILER_LEN_V1,
-    segment_name,
+    COVERS_OLDER, DENSE_ALIGN, ENTRY_WORDS, Entry, OLDEST_VERSION, RecordKind, SEGMENT,
+    segment_name, trailer_len,
 };
 use crate::store::StoreError;
 use crate::store::aggregate;
@@ -25,6 +25,12 @@ pub(crate) struct Segment {
     index: Range<usize>,
     /// Byte range of the aggregate index (right after the vector index).
     aggregates: Range<usize>,
+    /// Whether the aggregates cover older segments too ([`COVERS_OLDER`]).
+    covers_older: bool,
+    /// Records whose vector exists as of this segment (all but `deleted`).
+    existing: usize,
+    /// Records that end their vid's chain (`base` and `deleted`).
+    chain_ends: usize,
 }
 
 impl std::fmt::Debug for Segment {
@@ -63,11 +69,7 @@ impl Segment {
             ));
         }
         let (body, version) = footer::check_versions(&bytes, &SEGMENT, OLDEST_VERSION, &path)?;
-        let trailer_len = if version == 1 {
-            TRAILER_LEN_V1
-        } else {
-            TRAILER_LEN
-        };
+        let trailer_len = trailer_len(version);
         let corrupt = |problem: String| StoreError::corrupt(&path, problem);
         let data_end = body
             .len()
@@ -80,6 +82,14 @@ impl Segment {
         } else {
             u64_at(&bytes, data_end + 16)
         };
+        let flags = if version >= 3 {
+            u64_at(&bytes, data_end + 24)
+        } else {
+            0
+        };
+        if flags & !COVERS_OLDER != 0 {
+            return Err(corrupt(format!("its trailer has unknown flags {flags:#x}")));
+        }
         let entry_bytes = (ENTRY_WORDS * 8) as u64;
         let index_end = count
             .checked_mul(entry_bytes)
@@ -105,43 +115,62 @@ impl Segment {
         if bytemuck::try_cast_slice::<u8, u64>(&bytes[index.start..data_end]).is_err() {
             return Err(corrupt("its index is not 8-byte aligned in memory".into()));
         }
-        let segment = Segment {
+        let mut segment = Segment {
             id,
             path,
             bytes,
             index,
             aggregates,
+            covers_older: flags & COVERS_OLDER != 0,
+            existing: 0,
+            chain_ends: 0,
         };
-        segment.verify_entries(segment.entries(), "index entry", |entry| {
-            (entry.reserved != 0).then(|| "reserved field is not zero".to_owned())
-        })?;
-        segment.verify_entries(segment.aggregate_entries(), "aggregate entry", |entry| {
-            aggregate::block_problem(entry.reserved, entry.vid)
-        })?;
+        segment.verify_entries(
+            segment.entries(),
+            "index entry",
+            |entry| entry.vid,
+            |entry| record_problem(version, entry),
+        )?;
+        segment.verify_entries(
+            segment.aggregate_entries(),
+            "aggregate entry",
+            |entry| (u64::from(entry.reserved), entry.vid),
+            |entry| {
+                aggregate::block_problem(entry.reserved, entry.vid)
+                    .or_else(|| no_containers(entry).then(|| "it has no containers".to_owned()))
+            },
+        )?;
+        let kinds = (0..segment.vector_count()).map(|i| segment.kind_at(i));
+        let (existing, chain_ends) = kinds.fold((0, 0), |(existing, ends), kind| {
+            (
+                existing + usize::from(kind != RecordKind::Deleted),
+                ends + usize::from(kind.ends_chain()),
+            )
+        });
+        segment.existing = existing;
+        segment.chain_ends = chain_ends;
         Ok(segment)
     }
 
     /// Checks the order, alignment, bounds and part invariants of `entries`
     /// (the vector index or the aggregate index: `what` names an entry), and
-    /// what `problem` says of each. Entries ascend by (reserved, vid): by vid
-    /// in the vector index, whose reserved field is zero; by (level, block)
-    /// in the aggregate index.
-    fn verify_entries(
+    /// what `problem` says of each. Entries ascend strictly by `key`: the
+    /// vid in the vector index, (level, block) in the aggregate index.
+    fn verify_entries<K: Ord>(
         &self,
         entries: &[[u64; ENTRY_WORDS]],
         what: &str,
+        key: impl Fn(&Entry) -> K,
         problem: impl Fn(&Entry) -> Option<String>,
     ) -> Result<(), StoreError> {
-        let mut last: Option<(u32, u64)> = None;
+        let mut last: Option<K> = None;
         for (i, words) in entries.iter().enumerate() {
             let entry = Entry::decode(words);
-            let key = (entry.reserved, entry.vid);
-            let problem = if last.is_some_and(|l| l >= key) {
+            let key = key(&entry);
+            let problem = if last.as_ref().is_some_and(|l| *l >= key) {
                 Some("vids are not strictly ascending".to_owned())
             } else if let Some(problem) = problem(&entry) {
                 Some(problem)
-            } else if entry.dense == 0 && entry.sparse == 0 {
-                Some("the vector has no containers".to_owned())
             } else if entry.dense > 0 && !entry.offset.is_multiple_of(DENSE_ALIGN) {
                 Some(format!(
                     "dense words at byte {} are not aligned",
@@ -221,6 +250,29 @@ impl Segment {
         Entry::decode(&self.entries()[i])
     }
 
+    /// Whether each aggregate covers every vector existing in its block as
+    /// of this segment (a segment written by an update), not only the
+    /// segment's own records.
+    pub(crate) fn covers_older(&self) -> bool {
+        self.covers_older
+    }
+
+    /// Records whose vector exists as of this segment (all but `deleted`).
+    pub(crate) fn existing_count(&self) -> usize {
+        self.existing
+    }
+
+    /// Whether some record ends its vid's chain (`base` or `deleted`).
+    pub(crate) fn ends_chains(&self) -> bool {
+        self.chain_ends > 0
+    }
+
+    /// The kind of the `i`-th record.
+    pub(crate) fn kind_at(&self, i: usize) -> RecordKind {
+        RecordKind::from_field((self.entries()[i][3] >> 32) as u32)
+            .expect("every record kind was verified when the segment was opened")
+    }
+
     /// Whether this segment has range aggregates (version 1 segments and
     /// segments holding no two vids in one block have none).
     pub(crate) fn has_aggregates(&self) -> bool {
@@ -275,14 +327,35 @@ impl Segment {
             .ok()
     }
 
-    /// Whether this segment holds a part of vector `vid`.
-    pub(crate) fn contains(&self, vid: u64) -> bool {
-        self.find(vid).is_some()
+    /// The kind of the record of vector `vid`, if this segment holds one.
+    pub(crate) fn kind(&self, vid: u64) -> Option<RecordKind> {
+        Some(self.kind_at(self.find(vid)?))
     }
 
-    /// The vector `vid`, if this segment holds a part of it.
-    pub(crate) fn get(&self, vid: u64) -> Option<VectorPart<'_>> {
-        Some(self.part_at(self.find(vid)?))
+    /// The record of vector `vid`, if this segment holds one: its kind and part.
+    pub(crate) fn record(&self, vid: u64) -> Option<(RecordKind, VectorPart<'_>)> {
+        let i = self.find(vid)?;
+        Some((self.kind_at(i), self.part_at(i)))
+    }
+}
+
+fn no_containers(entry: &Entry) -> bool {
+    entry.dense == 0 && entry.sparse == 0
+}
+
+/// What is wrong with the kind of a record of a segment of format
+/// `version`, or with its number of containers for that kind, if anything.
+fn record_problem(version: u32, entry: &Entry) -> Option<String> {
+    let kind = match RecordKind::from_field(entry.reserved) {
+        Some(kind) if version >= 3 || kind == RecordKind::Set => kind,
+        _ => return Some(format!("record kind {} is unknown", entry.reserved)),
+    };
+    match kind {
+        RecordKind::Set if no_containers(entry) => Some("the vector has no containers".to_owned()),
+        RecordKind::Deleted | RecordKind::Keep if !no_containers(entry) => {
+            Some(format!("a {kind:?} record holds containers"))
+        }
+        _ => None,
     }
 }
 
@@ -330,10 +403,14 @@ mod tests {
         let dir = MemoryDirectory::new();
         let (bytes, a, b) = sample(&dir);
         let segment = Segment::open(&dir, 1, bytes.len() as u64).unwrap();
-        assert_eq!(segment.get(3), Some(a.as_part()));
-        assert_eq!(segment.get(9), Some(b.as_part()));
-        assert_eq!(segment.get(4), None);
-        let words = segment.get(3).unwrap().dense_words();
+        assert_eq!(segment.record(3).map(|(_, part)| part), Some(a.as_part()));
+        assert_eq!(segment.record(9).map(|(_, part)| part), Some(b.as_part()));
+        assert_eq!(segment.record(4).map(|(_, part)| part), None);
+        let words = segment
+            .record(3)
+            .map(|(_, part)| part)
+            .unwrap()
+            .dense_words();
         assert_eq!(words.as_ptr() as usize % DENSE_ALIGN as usize, 0);
     }
 
@@ -363,7 +440,7 @@ mod tests {
         assert_eq!(segment.aggregate(0, 32), Some(both.as_part()));
         assert_eq!(segment.aggregate(1, 0), None);
 
-        let data_end = bytes.len() - footer::FOOTER_LEN - TRAILER_LEN;
+        let data_end = bytes.len() - footer::FOOTER_LEN - trailer_len(3);
         let entry = data_end - ENTRY_WORDS * 8;
         let mut level = bytes.clone();
         level[entry + 28] = 7;
@@ -380,7 +457,7 @@ mod tests {
     fn a_resealed_bad_index_is_refused() {
         let dir = MemoryDirectory::new();
         let (bytes, _, _) = sample(&dir);
-        let data_end = bytes.len() - footer::FOOTER_LEN - TRAILER_LEN;
+        let data_end = bytes.len() - footer::FOOTER_LEN - trailer_len(3);
         let index = u64_at(&bytes, data_end) as usize;
         let entry = |i: usize, word: usize| index + (i * ENTRY_WORDS + word) * 8;
 

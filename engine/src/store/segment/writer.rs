@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use super::{DENSE_ALIGN, ENTRY_WORDS, Entry, SEGMENT, segment_name};
+use super::{COVERS_OLDER, DENSE_ALIGN, ENTRY_WORDS, Entry, RecordKind, SEGMENT, segment_name};
 use crate::fold::UnionPlan;
 use crate::store::StoreError;
 use crate::store::aggregate;
@@ -39,6 +39,7 @@ pub(crate) struct SegmentWriter {
     index: Vec<[u64; ENTRY_WORDS]>,
     aggregates: Vec<[u64; ENTRY_WORDS]>,
     last_vid: Option<u64>,
+    flags: u64,
     metadata: Metadata,
     window_words: Vec<u64>,
 }
@@ -58,6 +59,7 @@ impl SegmentWriter {
             index: Vec::new(),
             aggregates: Vec::new(),
             last_vid: None,
+            flags: 0,
             metadata: Metadata::default(),
             window_words: Vec::new(),
         })
@@ -69,17 +71,41 @@ impl SegmentWriter {
     }
 
     /// Writes vector `vid` as the union of `inputs` (nothing if they are all
-    /// empty). Vids must be added in strictly ascending order.
+    /// empty): a `set` record. Vids must be added in strictly ascending order.
     pub(crate) fn add(&mut self, vid: u64, inputs: &[VectorPart<'_>]) -> Result<(), StoreError> {
+        self.add_record(vid, RecordKind::Set, inputs)
+    }
+
+    /// Writes a record of kind `kind` for vector `vid`, holding the union of
+    /// `inputs` (which must be empty for `deleted` and `keep`). A `set`
+    /// record with no bits is not written; the other kinds always are. Vids
+    /// must be added in strictly ascending order.
+    pub(crate) fn add_record(
+        &mut self,
+        vid: u64,
+        kind: RecordKind,
+        inputs: &[VectorPart<'_>],
+    ) -> Result<(), StoreError> {
         assert!(
             self.last_vid.is_none_or(|last| last < vid),
             "segment vectors must be added in ascending vid order"
         );
-        if let Some(entry) = self.write_vector(vid, 0, inputs)? {
+        let keep_empty = kind != RecordKind::Set;
+        debug_assert!(
+            !matches!(kind, RecordKind::Deleted | RecordKind::Keep)
+                || inputs.iter().all(VectorPart::is_empty)
+        );
+        if let Some(entry) = self.write_vector(vid, kind as u32, inputs, keep_empty)? {
             self.index.push(entry);
             self.last_vid = Some(vid);
         }
         Ok(())
+    }
+
+    /// Marks the segment's aggregates as covering every vector existing in
+    /// their block, older segments' included (see [`COVERS_OLDER`]).
+    pub(crate) fn set_covers_older(&mut self) {
+        self.flags |= COVERS_OLDER;
     }
 
     /// Writes the aggregate of the block of level `level` starting at vid
@@ -93,25 +119,27 @@ impl SegmentWriter {
         inputs: &[VectorPart<'_>],
     ) -> Result<(), StoreError> {
         debug_assert!(aggregate::block_problem(level as u32, block).is_none());
-        if let Some(entry) = self.write_vector(block, level as u32, inputs)? {
+        if let Some(entry) = self.write_vector(block, level as u32, inputs, false)? {
             self.aggregates.push(entry);
         }
         Ok(())
     }
 
     /// Writes the union of `inputs` and returns its index entry (`key` in
-    /// the vid field, `tag` in the reserved one), or `None` if they are all
-    /// empty.
+    /// the vid field, `tag` in the last one), or `None` if they are all
+    /// empty and not `keep_empty`.
     fn write_vector(
         &mut self,
         key: u64,
         tag: u32,
         inputs: &[VectorPart<'_>],
+        keep_empty: bool,
     ) -> Result<Option<[u64; ENTRY_WORDS]>, StoreError> {
         let inputs: Vec<VectorPart<'_>> =
             inputs.iter().filter(|p| !p.is_empty()).copied().collect();
         let start = match inputs.as_slice() {
-            [] => return Ok(None),
+            [] if !keep_empty => return Ok(None),
+            [] => None,
             [part] => self.write_whole(part)?,
             _ => self.write_union(&inputs)?,
         };
@@ -259,6 +287,7 @@ impl SegmentWriter {
         self.out.write(&(self.index.len() as u64).to_le_bytes())?;
         self.out
             .write(&(self.aggregates.len() as u64).to_le_bytes())?;
+        self.out.write(&self.flags.to_le_bytes())?;
         self.out.finish(&SEGMENT)
     }
 }
