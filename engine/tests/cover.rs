@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bitfold_engine::fold::UnionPlan;
-use bitfold_engine::store::{AGGREGATE_LEVELS, Cover, Directory, MemoryDirectory};
+use bitfold_engine::store::{AGGREGATE_LEVELS, Cover, Directory, MemoryDirectory, Update};
 use bitfold_engine::{Snapshot, Store, StoreError, VectorBuf, VectorPart};
 use proptest::prelude::*;
 
@@ -302,6 +302,17 @@ fn seconds_per_call(mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// A cover's table cells: parts (aggregates per level + vectors) | MB.
+fn described(cover: &Cover<'_>) -> String {
+    format!(
+        "{} ({:?} + {}) | {:.1}",
+        cover.parts.len(),
+        cover.stats.aggregates,
+        cover.stats.vectors,
+        cover.stats.bytes as f64 / 1e6
+    )
+}
+
 /// Folds `parts` with the engine's union, as a handler does.
 fn union_cardinality(parts: &[VectorPart<'_>]) -> u64 {
     UnionPlan::new(parts)
@@ -374,20 +385,84 @@ fn cover_against_reading_every_vector() {
                 });
                 println!(
                     "| {density}% | {shape} | {:.0} | {:.1} | {:.1} | {run} | {} | {:.1} | {:.2} | \
-                     {} ({:?} + {}) | {:.1} | {:.2} |",
+                     {} | {:.2} |",
                     import * 1e3,
                     data as f64 / 1e6,
                     size.saturating_sub(data) as f64 / 1e6,
                     naive.len(),
                     naive_bytes as f64 / 1e6,
                     naive_time * 1e3,
-                    cover.parts.len(),
-                    cover.stats.aggregates,
-                    cover.stats.vectors,
-                    cover.stats.bytes as f64 / 1e6,
+                    described(&cover),
                     cover_time * 1e3,
                 );
             }
+        }
+    }
+}
+
+/// Covers of runs over a store with an update pending (its segment holds
+/// `base` and `deleted` records over an import's segment) against a store
+/// holding the same vectors written fresh, which is what compaction leaves.
+#[test]
+#[ignore = "measurement; run in release mode with --ignored --nocapture"]
+fn cover_with_pending_updates_against_compacted() {
+    println!(
+        "| density | update ms | run | pending parts | pending MB | pending ms | \
+         compacted parts | compacted MB | compacted ms | pending ÷ compacted ms |"
+    );
+    println!("|---|---:|---|---|---:|---:|---|---:|---:|---:|");
+    for density in [50, 1] {
+        let vectors = random_vectors(density);
+        let pending = Store::in_memory();
+        import_in_batches(&pending, &vectors, 1);
+        // 20 vectors (1%) lose 1,000 bits each and 10 are deleted, spread
+        // over the vids.
+        let cleared: Vec<VectorBuf> = (0..20)
+            .map(|i| VectorBuf::from_bits((0..1000).map(|b| b * 1000 + i).collect()))
+            .collect();
+        let mut updates: Vec<Update<'_>> = cleared
+            .iter()
+            .enumerate()
+            .map(|(i, bits)| Update::Clear(i as u64 * 100 + 7, bits.as_part()))
+            .collect();
+        updates.extend((0..10).map(|i| Update::Delete(i * 200 + 50)));
+        let t = Instant::now();
+        pending.update(&updates).unwrap();
+        let update_time = t.elapsed().as_secs_f64();
+        let snapshot = pending.snapshot();
+        let compacted = Store::in_memory();
+        let held: Vec<u64> = snapshot.vids().collect();
+        let batch: Vec<(u64, VectorPart<'_>)> = held
+            .iter()
+            .flat_map(|&vid| snapshot.parts(vid).map(move |part| (vid, part)))
+            .collect();
+        compacted.import(&batch).unwrap();
+        let fresh = compacted.snapshot();
+        for (run, range) in [
+            ("64 aligned", 512..576),
+            ("1,024 aligned", 0..1024),
+            ("1,024 unaligned", 517..1541),
+            ("all 2,000", 0..2000),
+        ] {
+            let vids: Vec<u64> = held.iter().copied().filter(|v| range.contains(v)).collect();
+            let (a, b) = (snapshot.cover(&vids), fresh.cover(&vids));
+            assert_eq!(union_cardinality(&a.parts), union_cardinality(&b.parts));
+            let time = |s: &Snapshot| {
+                seconds_per_call(|| {
+                    let cover = s.cover(&vids);
+                    std::hint::black_box(union_cardinality(&cover.parts));
+                })
+            };
+            let (pending_time, compacted_time) = (time(&snapshot), time(&fresh));
+            println!(
+                "| {density}% | {:.0} | {run} | {} | {:.2} | {} | {:.2} | {:.2} |",
+                update_time * 1e3,
+                described(&a),
+                pending_time * 1e3,
+                described(&b),
+                compacted_time * 1e3,
+                pending_time / compacted_time,
+            );
         }
     }
 }

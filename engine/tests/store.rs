@@ -483,6 +483,44 @@ fn a_version_2_store_still_opens() {
     assert_eq!(covered, expected);
 }
 
+/// A store written by format version 3, the first with updates: an import
+/// of vids 0, 1, 2, 33 and 40 with `version_2_vectors`' bits (vid 1 without
+/// bits 1 and 2^31, 40 holding bit 4) and u64::MAX holding bit 9; an update
+/// clearing all of vid 0, deleting vid 2, replacing vid 33 by bit 7 and
+/// clearing bits 0 and 3 from vid 1 (a segment with `base`, `deleted` and
+/// `keep` records and rebuilt aggregates); then an import of bit 5 into
+/// vid 2. Committed so that later versions of bitfold are checked to still
+/// read it.
+#[test]
+fn a_version_3_store_still_opens() {
+    let (_dir, store) = open_fixture("store-v3");
+    let mut oracle = version_2_vectors();
+    oracle.insert(0, BTreeSet::new());
+    let one = oracle.get_mut(&1).unwrap();
+    for bit in [0, 3, 1, 1 << 31] {
+        one.remove(&bit);
+    }
+    oracle.insert(2, BTreeSet::from([5]));
+    oracle.insert(33, BTreeSet::from([7]));
+    oracle.insert(40, BTreeSet::from([4]));
+    oracle.remove(&(u64::MAX - 1));
+    oracle.insert(u64::MAX, BTreeSet::from([9]));
+    assert_holds(&store, &oracle);
+    let snapshot = store.snapshot();
+    assert_eq!(snapshot.segment_count(), 3);
+    // No aggregate is small enough next to vid 1 to be written. Vids 1 and
+    // 33 are read from the update's `base` records, 2 from the last import,
+    // 40 (a `keep` record in the update) from the first import, and the
+    // emptied vid 0 adds nothing.
+    let asked = [0, 1, 2, 33, 40];
+    let cover = snapshot.cover(&asked);
+    assert_eq!(cover.stats.aggregates, [0, 0, 0]);
+    assert_eq!(cover.stats.vectors, 4);
+    let covered: BTreeSet<u32> = cover.parts.iter().flat_map(|p| p.bits()).collect();
+    let expected: BTreeSet<u32> = asked.iter().flat_map(|v| oracle[v].clone()).collect();
+    assert_eq!(covered, expected);
+}
+
 fn version_2_vectors() -> Oracle {
     let mut oracle = Oracle::new();
     oracle.insert(0, BTreeSet::from([0, 1, u32::MAX]));

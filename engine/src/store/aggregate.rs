@@ -238,7 +238,7 @@ impl<'s> Cover<'s> {
     /// Adds the parts `segment` holds of `vids` (ascending, distinct; none
     /// of them has a chain ended by a newer segment). Returns the blocks
     /// whose vectors an aggregate covering older segments answered (see
-    /// [`Segment::covers_older`]): older segments must add nothing there.
+    /// [`Segment::covers_older`]): older segments must add nothing there (ascending, disjoint).
     pub(crate) fn add_segment(&mut self, segment: &'s Segment, vids: &[u64]) -> Vec<Range<u64>> {
         let held = 0..segment.vector_count();
         let mut settled = Vec::new();
@@ -310,10 +310,15 @@ impl<'s> Cover<'s> {
 /// aggregate. O(len(run)) but for `deleted` entries: no more than that many
 /// other entries are looked at.
 fn asks_for_all(segment: &Segment, held: Range<usize>, run: &[u64]) -> bool {
+    let deleted = segment.vector_count() - segment.existing_count();
+    if held.len() > run.len() + deleted {
+        return false;
+    }
     let mut asked = run.iter();
-    held.into_iter()
-        .filter(|&i| segment.kind_at(i) != RecordKind::Deleted)
-        .all(|i| asked.any(|&vid| vid == segment.vid_at(i)))
+    held.into_iter().all(|i| {
+        let (vid, kind) = segment.record_at(i);
+        kind == RecordKind::Deleted || asked.any(|&asked| asked == vid)
+    })
 }
 
 #[cfg(test)]

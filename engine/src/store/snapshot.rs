@@ -86,16 +86,11 @@ impl Snapshot {
             if wanted.is_empty() {
                 break;
             }
-            let mut settled = cover.add_segment(segment, &wanted);
-            if segment.ends_chains() {
-                settled.extend(
-                    wanted
-                        .iter()
-                        .filter(|&&vid| segment.kind(vid).is_some_and(RecordKind::ends_chain))
-                        .map(|&vid| vid..vid + 1),
-                );
-            }
+            let settled = cover.add_segment(segment, &wanted);
             remove_settled(&mut wanted, settled);
+            if segment.ends_chains() {
+                wanted.retain(|&vid| !segment.kind(vid).is_some_and(RecordKind::ends_chain));
+            }
         }
         cover
     }
@@ -156,21 +151,15 @@ impl Snapshot {
 }
 
 /// Removes from `wanted` (ascending) every vid inside one of the `settled`
-/// ranges.
-fn remove_settled(wanted: &mut Vec<u64>, mut settled: Vec<Range<u64>>) {
+/// ranges (ascending and disjoint).
+fn remove_settled(wanted: &mut Vec<u64>, settled: Vec<Range<u64>>) {
     if settled.is_empty() {
         return;
     }
-    settled.sort_unstable_by_key(|range| range.start);
     let mut ranges = settled.iter().peekable();
     wanted.retain(|&vid| {
         while ranges.next_if(|range| range.end <= vid).is_some() {}
-        // Ranges may overlap (a block and a vid in it): any that starts at
-        // or before `vid` and has not ended contains it.
-        !ranges
-            .clone()
-            .take_while(|range| range.start <= vid)
-            .any(|range| range.contains(&vid))
+        ranges.peek().is_none_or(|range| !range.contains(&vid))
     });
 }
 
@@ -229,7 +218,7 @@ mod tests {
     #[test]
     fn settled_ranges_remove_exactly_their_vids() {
         let mut wanted: Vec<u64> = (0..40).collect();
-        remove_settled(&mut wanted, vec![16..32, 3..4, 20..21, 39..40]);
+        remove_settled(&mut wanted, vec![3..4, 16..32, 39..40]);
         let expected: Vec<u64> = (0..3).chain(4..16).chain(32..39).collect();
         assert_eq!(wanted, expected);
     }

@@ -269,8 +269,15 @@ impl Segment {
 
     /// The kind of the `i`-th record.
     pub(crate) fn kind_at(&self, i: usize) -> RecordKind {
-        RecordKind::from_field((self.entries()[i][3] >> 32) as u32)
-            .expect("every record kind was verified when the segment was opened")
+        self.record_at(i).1
+    }
+
+    /// The vid and kind of the `i`-th record.
+    pub(crate) fn record_at(&self, i: usize) -> (u64, RecordKind) {
+        let entry = &self.entries()[i];
+        let kind = RecordKind::from_field((entry[3] >> 32) as u32)
+            .expect("every record kind was verified when the segment was opened");
+        (entry[0], kind)
     }
 
     /// Whether this segment has range aggregates (version 1 segments and
@@ -476,6 +483,16 @@ mod tests {
         shifted[entry(1, 1)..entry(1, 2)].copy_from_slice(&offset.to_le_bytes());
         reseal(&mut shifted);
         assert!(refusal(&dir, &shifted).contains("index entry 1 (vid 9)"));
+
+        let mut kind = bytes.clone();
+        kind[entry(0, 3) + 4] = 9;
+        reseal(&mut kind);
+        assert!(refusal(&dir, &kind).contains("index entry 0 (vid 3): record kind 9 is unknown"));
+
+        let mut deleted = bytes.clone();
+        deleted[entry(1, 3) + 4] = RecordKind::Deleted as u8;
+        reseal(&mut deleted);
+        assert!(refusal(&dir, &deleted).contains("a Deleted record holds containers"));
 
         let mut trailer = bytes.clone();
         trailer[data_end + 8] += 1; // one more entry than the index holds
