@@ -89,3 +89,30 @@ impl Manifest {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::storage::MemoryDirectory;
+
+    fn record(id: u64) -> SegmentRecord {
+        SegmentRecord { id, len: 100 + id }
+    }
+
+    #[test]
+    fn the_order_is_kept_and_a_repeated_id_refused() {
+        let dir = MemoryDirectory::new();
+        let aged = Manifest {
+            segments: vec![record(9), record(2), record(5)],
+        };
+        aged.write(&dir).unwrap();
+        assert_eq!(Manifest::read(&dir).unwrap(), aged);
+        Manifest {
+            segments: vec![record(3), record(4), record(3)],
+        }
+        .write(&dir)
+        .unwrap();
+        let message = Manifest::read(&dir).unwrap_err().to_string();
+        assert!(message.contains("it names segment 3 twice"), "{message}");
+    }
+}

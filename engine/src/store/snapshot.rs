@@ -156,6 +156,7 @@ fn remove_settled(wanted: &mut Vec<u64>, settled: Vec<Range<u64>>) {
     if settled.is_empty() {
         return;
     }
+    debug_assert!(settled.windows(2).all(|w| w[0].end <= w[1].start));
     let mut ranges = settled.iter().peekable();
     wanted.retain(|&vid| {
         while ranges.next_if(|range| range.end <= vid).is_some() {}
