@@ -79,6 +79,21 @@ impl Store {
     /// As with [`Store::import`], if only the merge that may follow fails,
     /// the update is still durable and the error says so
     /// ([`StoreError::Compaction`]).
+    ///
+    /// ```
+    /// use bitfold_engine::{Store, Update, VectorBuf};
+    ///
+    /// let store = Store::in_memory();
+    /// let bits = VectorBuf::from_bits(vec![1, 2, 3]);
+    /// store.import(&[(7, bits.as_part()), (8, bits.as_part())]).unwrap();
+    /// let two = VectorBuf::from_bits(vec![2]);
+    /// let batch = [Update::Clear(7, two.as_part()), Update::Delete(8), Update::Delete(9)];
+    /// assert_eq!(store.update(&batch).unwrap().changed, [7, 8]);
+    /// let snapshot = store.snapshot();
+    /// let seven: Vec<u32> = snapshot.parts(7).flat_map(|p| p.bits()).collect();
+    /// assert_eq!(seven, [1, 3]);
+    /// assert!(!snapshot.contains(8));
+    /// ```
     pub fn update(&self, batch: &[Update<'_>]) -> Result<UpdateStats, StoreError> {
         let mut next_id = self.next_id.lock().unwrap_or_else(PoisonError::into_inner);
         let snapshot = self.snapshot();
