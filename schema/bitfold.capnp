@@ -20,6 +20,22 @@ interface Master {
 
   status @2 () -> (slaves :List(SlaveStatus));
   # The state of every slave of the cluster, in cluster file order.
+
+  clear @3 (vectors :List(VidVector)) -> (outcome :UpdateOutcome);
+  # Clears the listed bits of every vector that exists (docs/protocol.md §8):
+  # the vector keeps existing, possibly empty. `changed` counts the vectors
+  # that lost a bit.
+
+  delete @4 (spans :List(VidSpan)) -> (outcome :UpdateOutcome);
+  # Deletes every existing vector whose vid lies in one of the spans;
+  # `changed` counts them.
+
+  rebalance @5 (most :UInt32) -> (outcome :MoveOutcome);
+  # Moves up to `most` vectors towards the layout of the master's cluster
+  # file (docs/protocol.md §9); call it until `finished`.
+
+  placement @6 () -> (report :PlacementReport);
+  # How well the vectors are placed: copies missing, a move in progress.
 }
 
 enum Format { words @0; roaring @1; count @2; }
@@ -66,6 +82,44 @@ struct Outcome {
     ok @0 :Void;
     error @1 :Error;
   }
+}
+
+struct VidSpan {
+  # The vids `first ..= last` (inclusive; `first <= last`).
+  first @0 :UInt64;
+  last @1 :UInt64;
+}
+
+struct UpdateOutcome {
+  union {
+    changed @0 :UInt64;   # how many vectors the update changed
+    error @1 :Error;
+  }
+}
+
+struct MoveProgress {
+  done @0 :UInt64;          # vids of the catalog the move has gone through
+  total @1 :UInt64;         # vids in the catalog
+  copied @2 :UInt64;        # vectors this call copied to a new owner
+  copiedBytes @3 :UInt64;   # their bytes
+  removed @4 :UInt64;       # surplus copies this call removed
+  finished @5 :Bool;        # every vector is on exactly its owners under the cluster file
+}
+
+struct MoveOutcome {
+  union {
+    progress @0 :MoveProgress;
+    error @1 :Error;
+  }
+}
+
+struct PlacementReport {
+  vectors @0 :UInt64;           # vectors in the catalog
+  underReplicated @1 :UInt64;   # vectors with fewer than `replicas` copies a query may read
+  lost @2 :UInt64;              # vectors no live owner holds
+  misplaced @3 :UInt64;         # vectors not yet on their owners under the cluster file
+  moving @4 :Bool;              # a move (`rebalance`) is in progress
+  moveDone @5 :UInt64;          # vids the move has gone through
 }
 
 struct SlaveStatus {
@@ -130,6 +184,31 @@ struct GatherResult {
   }
 }
 
+struct Change {
+  # One change to one vector, as the master sends it to an owner.
+  vid @0 :UInt64;
+  union {
+    clear @1 :List(Part);     # remove these bits; the vector keeps existing
+    delete @2 :Void;          # remove the vector
+    replace @3 :List(Part);   # make the vector exactly these bits (a repair's copy)
+  }
+}
+
+struct ChangeResult {
+  union {
+    changed @0 :Data;    # the vids this slave changed, u64 little-endian, ascending
+    error @1 :Text;
+  }
+}
+
+struct PendingUpdate {
+  # An update the master has recorded and some owners have not yet
+  # acknowledged: its journal entry in the master's data directory.
+  id @0 :UInt64;
+  waiting @1 :List(UInt32);   # the owners (cluster file index) still to apply it
+  changes @2 :List(Change);   # every change, in order, for every owner
+}
+
 struct FetchResult {
   union {
     vector @0 :List(Part);
@@ -173,4 +252,8 @@ interface Slave {
   gather @6 (terms :List(Data)) -> (result :GatherResult);
   # Fan-out: for each term, the OR of the vectors this slave holds among
   # the term's vids (u64 little-endian, ascending), one vector per term.
+
+  update @7 (changes :List(Change)) -> (result :ChangeResult);
+  # Applies every change, in order, atomically and durably; changes to
+  # vectors this slave does not hold change nothing.
 }

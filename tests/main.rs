@@ -9,4 +9,6 @@ mod bench;
 mod cli;
 mod cluster;
 mod failures;
+mod membership;
 mod sample;
+mod updates;

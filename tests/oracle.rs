@@ -23,6 +23,29 @@ impl Oracle {
         }
     }
 
+    /// Records a clear of `bits` in `vid` (docs/protocol.md §8): the vector
+    /// keeps existing, possibly empty; nothing happens if it does not
+    /// exist. Returns whether it lost a bit.
+    pub fn clear<B: Borrow<u32>>(&mut self, vid: u64, bits: impl IntoIterator<Item = B>) -> bool {
+        let Some(held) = self.vectors.get_mut(&vid) else {
+            return false;
+        };
+        let before = held.len();
+        for bit in bits {
+            held.remove(bit.borrow());
+        }
+        held.len() != before
+    }
+
+    /// Records a delete of every vector in `first..=last`; returns how many existed.
+    pub fn delete(&mut self, first: u64, last: u64) -> usize {
+        let gone: Vec<u64> = self.vectors.range(first..=last).map(|(&v, _)| v).collect();
+        for vid in &gone {
+            self.vectors.remove(vid);
+        }
+        gone.len()
+    }
+
     /// The answer to `R:` with the given inclusive terms.
     pub fn range(&self, terms: &[(u64, u64)]) -> BTreeSet<u32> {
         let mut result: Option<BTreeSet<u32>> = None;

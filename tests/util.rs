@@ -166,15 +166,40 @@ impl Cluster {
             cluster.slave_addrs.push(server.addr.clone());
             cluster.slaves.push(Some(server));
         }
-        // The scenarios reason about which slave holds which of a few dozen
-        // vids: placed one by one (`group = 1`), they spread over every slave.
-        let mut toml = format!("replicas = {replicas}\ngroup = 1\n");
-        for (i, addr) in cluster.slave_addrs.iter().enumerate() {
-            toml.push_str(&format!("[[slaves]]\nname = \"s{i}\"\naddr = \"{addr}\"\n"));
-        }
-        std::fs::write(cluster.cluster_file(), toml).expect("the cluster file is written");
+        cluster.write_cluster_file(slaves, replicas);
         cluster.start_master("127.0.0.1:0");
         cluster
+    }
+
+    /// Writes the cluster file: the first `slaves` slaves, `replicas` copies.
+    /// The scenarios reason about which slave holds which of a few dozen
+    /// vids: placed one by one (`group = 1`), they spread over every slave.
+    pub fn write_cluster_file(&self, slaves: usize, replicas: usize) {
+        let mut toml = format!("replicas = {replicas}\ngroup = 1\n");
+        for (i, addr) in self.slave_addrs.iter().take(slaves).enumerate() {
+            toml.push_str(&format!("[[slaves]]\nname = \"s{i}\"\naddr = \"{addr}\"\n"));
+        }
+        std::fs::write(self.cluster_file(), toml).expect("the cluster file is written");
+    }
+
+    /// Starts one more slave (not yet in the cluster file); returns its index.
+    pub fn add_slave(&mut self) -> usize {
+        let i = self.slaves.len();
+        let server = self.spawn_slave(i, "127.0.0.1:0").expect("a slave starts");
+        self.slave_addrs.push(server.addr.clone());
+        self.slaves.push(Some(server));
+        i
+    }
+
+    /// Replaces slave `i` by a new machine: a new address, an empty data directory.
+    pub fn replace_slave(&mut self, i: usize) {
+        self.kill_slave(i);
+        std::fs::remove_dir_all(self.slave_dir(i)).expect("the old data directory is removed");
+        let server = self
+            .spawn_slave(i, "127.0.0.1:0")
+            .expect("the new slave starts");
+        self.slave_addrs[i] = server.addr.clone();
+        self.slaves[i] = Some(server);
     }
 
     /// The temporary directory everything lives in.
@@ -265,6 +290,22 @@ impl Cluster {
 
 /// What only the process-level tests need of the oracle: query text and input files.
 impl Oracle {
+    /// Vectors `0..vectors` with `bits` random bits each below `width`,
+    /// imported into `cluster` through `bitfold import`.
+    pub fn load(cluster: &Cluster, seed: u64, vectors: u64, bits: usize, width: u64) -> Oracle {
+        let mut rng = Rng(seed);
+        let mut oracle = Oracle::default();
+        for vid in 0..vectors {
+            let set: Vec<u32> = (0..bits).map(|_| (rng.next_u64() % width) as u32).collect();
+            oracle.add(vid, set);
+        }
+        let path = cluster.dir().join("vectors.pairs");
+        oracle.write_pairs(&path);
+        let run = cluster.cli(&["import", path.to_str().expect("a UTF-8 path")]);
+        assert!(run.status.success(), "{}", stderr(&run));
+        oracle
+    }
+
     /// The text of `R:` with the given terms.
     pub fn range_query(terms: &[(u64, u64)]) -> String {
         let terms: Vec<String> = terms

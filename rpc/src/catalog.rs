@@ -3,7 +3,8 @@
 //! A range term costs the number of existing vids in it, never its width,
 //! because the master enumerates terms from this set. It lives in memory as
 //! a `BTreeSet<u64>` and on disk as the engine's [`VidLog`] in the master's
-//! data directory. The catalog never shrinks.
+//! data directory. A delete (docs/protocol.md §8) takes vids out of it,
+//! recorded in the same log.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -50,8 +51,8 @@ impl Catalog {
 
     /// The master's data directory the catalog lives in, for the master's
     /// other records.
-    pub(crate) fn directory(&self) -> &dyn Directory {
-        &*self.dir
+    pub(crate) fn directory(&self) -> &Arc<dyn Directory> {
+        &self.dir
     }
 
     /// The catalog's file.
@@ -111,6 +112,39 @@ impl Catalog {
     }
 }
 
+impl Catalog {
+    /// Records that `vids` no longer exist, durably (synced) before
+    /// returning, on a blocking thread like [`Catalog::insert`]; returns how
+    /// many existed. The vids leave the set once that is durable.
+    pub async fn remove(
+        catalog: &RefCell<Catalog>,
+        vids: impl IntoIterator<Item = u64>,
+    ) -> Result<usize, StoreError> {
+        let (gone, log) = {
+            let catalog = catalog.borrow();
+            let gone: BTreeSet<u64> = vids
+                .into_iter()
+                .filter(|v| catalog.vids.contains(v))
+                .collect();
+            (gone, Arc::clone(&catalog.log))
+        };
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        let gone: Vec<u64> = gone.into_iter().collect();
+        let written = tokio::task::spawn_blocking(move || lock(&log).remove(&gone).map(|()| gone));
+        let gone = match written.await {
+            Ok(written) => written?,
+            Err(join) => std::panic::resume_unwind(join.into_panic()),
+        };
+        let mut catalog = catalog.borrow_mut();
+        for vid in &gone {
+            catalog.vids.remove(vid);
+        }
+        Ok(gone.len())
+    }
+}
+
 fn lock(log: &Mutex<VidLog>) -> std::sync::MutexGuard<'_, VidLog> {
     log.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -145,6 +179,26 @@ mod tests {
         assert_eq!(catalog.range(2, 7).collect::<Vec<_>>(), vec![5, 7]);
         assert!(catalog.contains(u64::MAX) && !catalog.contains(2));
         assert_eq!(catalog.len(), 4);
+    }
+
+    #[test]
+    fn removed_vids_stay_removed_after_reopening_until_inserted_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let catalog = RefCell::new(Catalog::open(dir.path()).unwrap());
+        insert(&catalog, &[1, 2, 3, 4]);
+        let removed = runtime.block_on(Catalog::remove(&catalog, [2, 4, 9]));
+        assert_eq!(removed.unwrap(), 2);
+        assert_eq!(catalog.borrow().range(0, 9).collect::<Vec<_>>(), [1, 3]);
+        drop(catalog);
+        let catalog = RefCell::new(Catalog::open(dir.path()).unwrap());
+        assert_eq!(catalog.borrow().range(0, 9).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(insert(&catalog, &[4]), 1);
+        drop(catalog);
+        let catalog = Catalog::open(dir.path()).unwrap();
+        assert_eq!(catalog.range(0, 9).collect::<Vec<_>>(), [1, 3, 4]);
     }
 
     #[test]

@@ -42,10 +42,26 @@ pub enum Command {
     Demo(DemoArgs),
     /// Load vectors, in `pairs` or `roaring` format, through the master (or into a local store).
     Import(ImportArgs),
+    /// Delete vectors: every existing vector in the terms (`vid` or `first-last`).
+    ///
+    /// A deleted vector no longer exists (`P:vid` is not found, ranges skip it) on
+    /// any replica; importing bits into its vid creates it again. Deleting what
+    /// does not exist is not an error. Prints how many vectors were deleted.
+    Delete(DeleteArgs),
     /// Send one query to the master and print its answer.
     Query(QueryArgs),
     /// Show each slave: up or down (and since when), vectors, bytes.
     Status(StatusArgs),
+    /// Move every vector onto exactly its owners under the master's (edited) cluster file.
+    ///
+    /// The master re-reads its cluster file (allowed edits: append slaves, change a
+    /// slave's addr, remove slaves from the end, change replicas) and copies each
+    /// vector to the owners it gains, then reads from the new owners and removes
+    /// the surplus copies. Queries answer exactly throughout, and imports and updates
+    /// during the move reach both old and new owners. Shows progress; exits 0 once
+    /// every vector has `replicas` copies on its owners. Interrupted, run it again:
+    /// it resumes. Removed slaves may be stopped once it has returned.
+    Rebalance(RebalanceArgs),
     /// Write the demo's sample bitmap index (deterministic) as roaring files.
     Sample(SampleArgs),
     /// Measure large range queries: load a data set, run a workload, report queries/s.
@@ -142,9 +158,52 @@ pub struct ImportArgs {
     /// Input format [default: `roaring` when every path is a directory or a `.roaring` file, else `pairs`].
     #[arg(long, value_enum)]
     pub format: Option<InputFormat>,
+    /// Clear the listed bits instead of setting them: each vector that exists keeps
+    /// existing without them (possibly empty); vectors that do not exist are left alone.
+    #[arg(long)]
+    pub clear: bool,
     /// Files (or, for `roaring`, directories of `<vid>.roaring` files) to import.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
+}
+
+/// `bitfold rebalance`.
+#[derive(Debug, Args)]
+pub struct RebalanceArgs {
+    /// The master whose vectors to move.
+    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_MASTER)]
+    pub master: String,
+}
+
+/// `bitfold delete`.
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// The master to delete through.
+    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_MASTER)]
+    pub master: String,
+    /// The vectors to delete: a vid (`42`) or an inclusive range of vids (`10-19`).
+    #[arg(required = true, value_name = "TERM", value_parser = parse_vid_span)]
+    pub terms: Vec<(u64, u64)>,
+}
+
+/// A `vid` or `first-last` (inclusive, first <= last).
+fn parse_vid_span(text: &str) -> Result<(u64, u64), String> {
+    let vid = |s: &str| {
+        s.parse::<u64>()
+            .map_err(|_| format!("`{s}` is not a vid (a whole number from 0 to 2^64 - 1)"))
+    };
+    match text.split_once('-') {
+        None => vid(text).map(|v| (v, v)),
+        Some((first, last)) => {
+            let (first, last) = (vid(first)?, vid(last)?);
+            if first > last {
+                return Err(format!(
+                    "{first}-{last}: the first vid must not exceed the last"
+                ));
+            }
+            Ok((first, last))
+        }
+    }
 }
 
 /// `--format` of `bitfold import`.

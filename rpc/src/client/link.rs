@@ -8,10 +8,12 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc as tokio_mpsc;
 
-use crate::bitfold_capnp::{Format as WireFormat, master, outcome, result};
+use crate::bitfold_capnp::{
+    Format as WireFormat, master, move_outcome, outcome, result, update_outcome,
+};
 use crate::net::{self, Connection};
 
-use super::{Answer, Error, Format, SlaveStatus};
+use super::{Answer, Error, Format, MoveProgress, PlacementReport, SlaveStatus};
 
 /// Where the client thread sends a call's result.
 pub(super) type Reply<T> = mpsc::SyncSender<Result<T, Error>>;
@@ -29,6 +31,21 @@ pub(super) enum Call {
     },
     Status {
         reply: Reply<Vec<SlaveStatus>>,
+    },
+    Clear {
+        message: capnp::message::Builder<capnp::message::HeapAllocator>,
+        reply: Reply<u64>,
+    },
+    Delete {
+        spans: Vec<(u64, u64)>,
+        reply: Reply<u64>,
+    },
+    Rebalance {
+        most: u32,
+        reply: Reply<MoveProgress>,
+    },
+    Placement {
+        reply: Reply<PlacementReport>,
     },
 }
 
@@ -125,6 +142,18 @@ impl Link {
             Call::Status { reply } => {
                 let _ = reply.send(self.within(timeout, self.status()).await);
             }
+            Call::Clear { message, reply } => {
+                let _ = reply.send(self.within(timeout, self.clear(message)).await);
+            }
+            Call::Delete { spans, reply } => {
+                let _ = reply.send(self.within(timeout, self.delete(&spans)).await);
+            }
+            Call::Rebalance { most, reply } => {
+                let _ = reply.send(self.within(timeout, self.rebalance(most)).await);
+            }
+            Call::Placement { reply } => {
+                let _ = reply.send(self.within(timeout, self.placement()).await);
+            }
         }
     }
 
@@ -189,6 +218,78 @@ impl Link {
         outcome.map_err(|e| Error::Protocol(e.to_string()))?
     }
 
+    async fn clear(
+        &self,
+        message: capnp::message::Builder<capnp::message::HeapAllocator>,
+    ) -> Result<u64, Error> {
+        let connection = self.client().await?;
+        let mut request = connection.client.clear_request();
+        let vectors = message
+            .get_root_as_reader()
+            .map_err(|e| Error::Protocol(e.to_string()))?;
+        request
+            .get()
+            .set_vectors(vectors)
+            .map_err(|e| Error::Protocol(e.to_string()))?;
+        drop(message);
+        let response = request.send().promise.await.map_err(|e| self.lost(e))?;
+        update_changed(response.get().and_then(|r| r.get_outcome()))
+    }
+
+    async fn delete(&self, spans: &[(u64, u64)]) -> Result<u64, Error> {
+        let connection = self.client().await?;
+        let mut request = connection.client.delete_request();
+        let mut list = request.get().init_spans(spans.len() as u32);
+        for (i, &(first, last)) in spans.iter().enumerate() {
+            let mut span = list.reborrow().get(i as u32);
+            span.set_first(first);
+            span.set_last(last);
+        }
+        let response = request.send().promise.await.map_err(|e| self.lost(e))?;
+        update_changed(response.get().and_then(|r| r.get_outcome()))
+    }
+
+    async fn rebalance(&self, most: u32) -> Result<MoveProgress, Error> {
+        let connection = self.client().await?;
+        let mut request = connection.client.rebalance_request();
+        request.get().set_most(most);
+        let response = request.send().promise.await.map_err(|e| self.lost(e))?;
+        let read = (|| -> capnp::Result<Result<MoveProgress, Error>> {
+            Ok(match response.get()?.get_outcome()?.which()? {
+                move_outcome::Progress(p) => {
+                    let p = p?;
+                    Ok(MoveProgress {
+                        done: p.get_done(),
+                        total: p.get_total(),
+                        copied: p.get_copied(),
+                        copied_bytes: p.get_copied_bytes(),
+                        removed: p.get_removed(),
+                        finished: p.get_finished(),
+                    })
+                }
+                move_outcome::Error(error) => Err(Error::read(error?)),
+            })
+        })();
+        read.map_err(|e| Error::Protocol(e.to_string()))?
+    }
+
+    async fn placement(&self) -> Result<PlacementReport, Error> {
+        let connection = self.client().await?;
+        let request = connection.client.placement_request();
+        let response = request.send().promise.await.map_err(|e| self.lost(e))?;
+        let read = (|| -> capnp::Result<PlacementReport> {
+            let r = response.get()?.get_report()?;
+            Ok(PlacementReport {
+                vectors: r.get_vectors(),
+                under_replicated: r.get_under_replicated(),
+                lost: r.get_lost(),
+                misplaced: r.get_misplaced(),
+                moving: r.get_moving(),
+            })
+        })();
+        read.map_err(|e| Error::Protocol(e.to_string()))
+    }
+
     async fn status(&self) -> Result<Vec<SlaveStatus>, Error> {
         let connection = self.client().await?;
         let request = connection.client.status_request();
@@ -220,4 +321,15 @@ impl Link {
         })();
         slaves.map_err(|e| Error::Protocol(e.to_string()))
     }
+}
+
+/// The count of an update's outcome, or its error.
+fn update_changed(outcome: capnp::Result<update_outcome::Reader<'_>>) -> Result<u64, Error> {
+    let read = (|| -> capnp::Result<Result<u64, Error>> {
+        Ok(match outcome?.which()? {
+            update_outcome::Changed(changed) => Ok(changed),
+            update_outcome::Error(error) => Err(Error::read(error?)),
+        })
+    })();
+    read.map_err(|e| Error::Protocol(e.to_string()))?
 }

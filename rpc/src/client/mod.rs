@@ -40,7 +40,7 @@ use tokio::sync::mpsc as tokio_mpsc;
 
 pub use answer::{Answer, Format};
 pub use error::{Error, ErrorKind};
-pub use status::{SlaveStatus, Traffic};
+pub use status::{MoveProgress, PlacementReport, SlaveStatus, Traffic};
 
 use import::import_messages;
 use link::{Call, Reply, serve_calls};
@@ -127,6 +127,29 @@ impl Client {
         Ok(())
     }
 
+    /// Clears the bits of every `(vid, vector)` that exists (docs/protocol.md
+    /// §8); returns how many vectors lost a bit. When it returns `Ok`, every
+    /// owner and the master hold the change. A large batch travels as
+    /// several messages, each applied whole; if one fails, the earlier ones
+    /// stay applied (clearing again is harmless).
+    pub fn clear(&self, batch: &[(u64, VectorPart<'_>)]) -> Result<u64, Error> {
+        let mut changed = 0;
+        for message in import_messages(batch) {
+            changed += self.call(|reply| Call::Clear { message, reply })?;
+        }
+        Ok(changed)
+    }
+
+    /// Deletes every existing vector whose vid lies in one of `spans`
+    /// (`(first, last)`, inclusive); returns how many there were. Deleting
+    /// what does not exist is not an error.
+    pub fn delete(&self, spans: &[(u64, u64)]) -> Result<u64, Error> {
+        self.call(|reply| Call::Delete {
+            spans: spans.to_vec(),
+            reply,
+        })
+    }
+
     /// What every slave has read and sent since it started, added up (from
     /// [`Client::status`]): the difference of two calls is what happened between.
     pub fn traffic(&self) -> Result<Traffic, Error> {
@@ -135,6 +158,18 @@ impl Client {
             read_bytes: slaves.iter().map(|s| s.read_bytes).sum(),
             sent_bytes: slaves.iter().map(|s| s.sent_bytes).sum(),
         })
+    }
+
+    /// Moves up to `most` vectors towards the layout of the master's
+    /// cluster file (docs/protocol.md §9); call it until the progress says
+    /// `finished`. Interrupted, a move resumes where it stopped.
+    pub fn rebalance(&self, most: u32) -> Result<MoveProgress, Error> {
+        self.call(|reply| Call::Rebalance { most, reply })
+    }
+
+    /// How well the vectors are placed: copies missing, a move in progress.
+    pub fn placement(&self) -> Result<PlacementReport, Error> {
+        self.call(|reply| Call::Placement { reply })
     }
 
     /// The state of every slave, in cluster file order.

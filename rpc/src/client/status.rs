@@ -1,5 +1,5 @@
-//! What the master reports of its slaves: their state, and the bytes they
-//! read and sent.
+//! What the master reports of its slaves (their state, the bytes they read
+//! and sent) and of the placement of its vectors (copies missing, a move).
 
 use std::time::SystemTime;
 
@@ -43,4 +43,36 @@ impl Traffic {
             sent_bytes: self.sent_bytes.saturating_sub(before.sent_bytes),
         }
     }
+}
+
+/// How well the vectors are placed (docs/protocol.md §9).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlacementReport {
+    /// Vectors in the catalog.
+    pub vectors: u64,
+    /// Vectors with fewer than `replicas` copies a query may read.
+    pub under_replicated: u64,
+    /// Vectors no live owner holds.
+    pub lost: u64,
+    /// Vectors not yet on their owners under the cluster file (during a move).
+    pub misplaced: u64,
+    /// Whether a move (`rebalance`) is in progress.
+    pub moving: bool,
+}
+
+/// What one step of a move did, and how far the move is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MoveProgress {
+    /// Vids of the catalog the move has gone through.
+    pub done: u64,
+    /// Vids in the catalog.
+    pub total: u64,
+    /// Vectors this step copied to a new owner.
+    pub copied: u64,
+    /// Their bytes.
+    pub copied_bytes: u64,
+    /// Surplus copies this step removed.
+    pub removed: u64,
+    /// Whether every vector is now on exactly its owners.
+    pub finished: bool,
 }

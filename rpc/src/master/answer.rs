@@ -42,6 +42,7 @@ impl Master {
         message: &[u8],
         format: WireFormat,
     ) -> Result<Found, Failure> {
+        let _in_flight = self.in_flight.enter();
         let query = query::parse(message, &self.options.limits)
             .map_err(|e| Failure::new(ErrorKind::BadQuery, e.to_string()))?;
         let budget = Budget::new(self.options.query_timeout);
@@ -106,7 +107,7 @@ impl Master {
                 format!("vector {vid} not found"),
             ));
         }
-        let owners = self.options.cluster.placement().owners(vid);
+        let owners = self.layout().read_owners(vid);
         self.with_retries(budget, |time| self.point_attempt(vid, &owners, count, time))
             .await
     }
@@ -118,14 +119,16 @@ impl Master {
         count: bool,
         budget: Budget,
     ) -> Result<Attempt, Failure> {
-        let slaves = self.options.cluster.slaves.len();
+        let layout = self.layout();
+        let slaves = layout.slaves().len();
         let plan = {
-            let states = self.slaves.borrow();
             let shape = PlanShape {
-                placement: self.options.cluster.placement(),
+                placement: layout.current.placement(),
                 most: self.options.max_query_vectors,
             };
-            plan::plan(terms, &self.catalog.borrow(), shape, |i| states[i].up)
+            plan::plan(terms, &self.catalog.borrow(), shape, |i, vid| {
+                self.serves(i, vid)
+            })
         };
         let mut chains = match plan {
             Plan::Empty => return Ok(Attempt::Found(Found::Empty)),
@@ -164,7 +167,7 @@ impl Master {
         let Some(time) = budget.call(levels) else {
             return Ok(Attempt::OutOfTime);
         };
-        let addr = &self.options.cluster.slaves[coordinator].addr;
+        let addr = &layout.slaves()[coordinator].addr;
         let answer = self
             .pool
             .call(addr, time.wait, |client| {
@@ -213,14 +216,15 @@ impl Master {
         count: bool,
         budget: Budget,
     ) -> Result<Attempt, Failure> {
-        let owner = owners.iter().copied().find(|&o| self.slaves.borrow()[o].up);
+        let owner = owners.iter().copied().find(|&o| self.serves(o, vid));
         let Some(owner) = owner else {
-            return Err(self.unavailable(format!("no live owner for vector {vid}"), owners));
+            return Err(self.unavailable(format!("no live owner holds vector {vid}"), owners));
         };
         let Some(time) = budget.call(0) else {
             return Ok(Attempt::OutOfTime);
         };
-        let addr = &self.options.cluster.slaves[owner].addr;
+        let layout = self.layout();
+        let addr = &layout.slaves()[owner].addr;
         let answer = self
             .pool
             .call(addr, time.wait, |client| {
@@ -246,7 +250,8 @@ impl Master {
     /// Marks slave `index` down for `reason` and names it as failed.
     fn machine_failed(&self, index: usize, reason: String) -> FailedMachine {
         self.mark_down(index, &reason);
-        let entry = &self.options.cluster.slaves[index];
+        let layout = self.layout();
+        let entry = &layout.slaves()[index];
         FailedMachine {
             name: entry.name.clone(),
             addr: entry.addr.clone(),
@@ -259,7 +264,7 @@ impl Master {
         &self,
         mut list: capnp::struct_list::Builder<'_, crate::bitfold_capnp::machine::Owned>,
     ) {
-        for (i, entry) in self.options.cluster.slaves.iter().enumerate() {
+        for (i, entry) in self.layout().slaves().iter().enumerate() {
             let mut machine = list.reborrow().get(i as u32);
             machine.set_name(entry.name.as_str());
             machine.set_addr(entry.addr.as_str());

@@ -16,7 +16,8 @@ impl Master {
         &self,
         vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
     ) -> Result<(), Failure> {
-        let slaves = self.options.cluster.slaves.len();
+        let layout = self.layout();
+        let slaves = layout.slaves().len();
         let mut by_owner: Vec<Vec<u32>> = vec![Vec::new(); slaves];
         let mut vids = Vec::new();
         for (i, vector) in vectors.iter().enumerate() {
@@ -33,16 +34,28 @@ impl Master {
                 continue;
             }
             vids.push(vid);
-            for owner in self.options.cluster.placement().owners(vid) {
+            for owner in layout.write_owners(vid) {
                 by_owner[owner].push(i as u32);
             }
+        }
+        let _writing = self.writes.lock().await;
+        for owner in (0..slaves).filter(|&o| !by_owner[o].is_empty()) {
+            self.catch_up(owner).await.map_err(|reason| {
+                self.unavailable(
+                    format!(
+                        "the import was not applied: slave {} has not caught up on earlier                          updates ({reason}); import again once it is up",
+                        self.slave_name(owner)
+                    ),
+                    &[owner],
+                )
+            })?;
         }
         let sends = by_owner
             .iter()
             .enumerate()
             .filter(|(_, e)| !e.is_empty())
             .map(|(owner, entries)| {
-                let entry = &self.options.cluster.slaves[owner];
+                let entry = &layout.slaves()[owner];
                 let timeout = if self.slaves.borrow()[owner].up {
                     self.options.import_timeout
                 } else {

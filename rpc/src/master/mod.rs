@@ -9,31 +9,43 @@
 //! straight into the reply (`reply`). A down slave is probed in the
 //! background and used again once it answers and its catalog is merged
 //! (`probe`). An import goes to every owner of each vector before its vid is
-//! recorded (`import`).
+//! recorded (`import`). A clear or a delete is recorded in the `journal`
+//! first, then applied on every owner (`update`); a delete waits for the
+//! queries planned before it (`in_flight`).
 
 mod answer;
 mod import;
+mod in_flight;
+mod journal;
+mod layout;
 mod options;
 mod plan;
 mod probe;
+mod rebalance;
 mod recorded;
+mod refill;
 mod reply;
 mod slaves;
+mod update;
 
 pub use options::MasterOptions;
 pub use plan::{CoordinatorPolicy, PlanChoice};
 pub use reply::MAX_DATA_BYTES;
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use crate::bitfold_capnp::master;
+use crate::bitfold_capnp::{master, update_outcome};
 use crate::catalog::Catalog;
 use crate::client::ErrorKind;
 use crate::net::{self, Pool};
 use crate::slave::handler::FailedMachine;
+use in_flight::InFlight;
+use journal::Journal;
+use layout::Layout;
 use reply::{Failure, write_found};
 use slaves::SlaveState;
 
@@ -54,25 +66,44 @@ pub fn run_until(
         return Err(crate::Error::Config("attempts must be at least 1".into()));
     }
     let catalog = Catalog::open(&options.data_dir).map_err(crate::Error::Catalog)?;
-    recorded::check_group(
-        catalog.directory(),
-        options.cluster.group,
+    let current = recorded::layout(
+        &**catalog.directory(),
+        &options.cluster,
         !catalog.is_empty(),
     )
     .map_err(crate::Error::Config)?;
+    let moving = recorded::read_move(&**catalog.directory()).map_err(crate::Error::Config)?;
+    let move_next = moving.as_ref().map_or(0, |m| m.next);
+    let layout = Layout {
+        current,
+        target: moving.map(|m| m.target),
+    };
+    let journal = Journal::open(catalog.directory().clone()).map_err(crate::Error::Config)?;
     net::block_on_local(async move {
         let listener = net::bind(&options.listen).await?;
         let addr = net::local_addr(&listener)?;
-        let slaves = vec![SlaveState::unknown(); options.cluster.slaves.len()];
+        let slaves = vec![SlaveState::unknown(); layout.slaves().len()];
+        let options_slaves = slaves.len();
         let state = Rc::new(Master {
             options,
             catalog: RefCell::new(catalog),
             slaves: RefCell::new(slaves),
             pool: Pool::default(),
             turn: Cell::new(0),
+            journal: RefCell::new(journal),
+            writes: tokio::sync::Mutex::new(()),
+            in_flight: Rc::new(InFlight::default()),
+            lacking: RefCell::new(vec![BTreeSet::new(); options_slaves]),
+            layout: RefCell::new(Rc::new(layout)),
+            move_next: Cell::new(move_next),
         });
+        state
+            .recover_deletes()
+            .await
+            .map_err(crate::Error::Config)?;
         state.probe_round().await;
         tokio::task::spawn_local(probe::probe_loop(state.clone()));
+        tokio::task::spawn_local(refill::refill_loop(state.clone()));
         let client: master::Client = capnp_rpc::new_client_from_rc(state);
         on_ready(addr);
         tokio::select! {
@@ -91,11 +122,29 @@ struct Master {
     pool: Pool,
     /// Counts range queries, for round-robin coordinators.
     turn: Cell<usize>,
+    /// The updates some owners have not applied yet.
+    journal: RefCell<Journal>,
+    /// Held by every write (import, update, catch-up), one at a time.
+    writes: tokio::sync::Mutex<()>,
+    /// The queries in flight.
+    in_flight: Rc<InFlight>,
+    /// Where vectors are placed (replaced whole by `rebalance`).
+    layout: RefCell<Rc<Layout>>,
+    /// During a move, the first vid not yet copied to its new owners.
+    move_next: Cell<u64>,
+    /// Per slave, the vids it owns but does not hold (`refill`).
+    lacking: RefCell<Vec<BTreeSet<u64>>>,
 }
 
 impl Master {
+    /// The layout in force now.
+    fn layout(&self) -> Rc<Layout> {
+        Rc::clone(&self.layout.borrow())
+    }
+
     fn slave_name(&self, index: usize) -> String {
-        let entry = &self.options.cluster.slaves[index];
+        let layout = self.layout();
+        let entry = &layout.slaves()[index];
         format!("{} ({})", entry.name, entry.addr)
     }
 
@@ -127,19 +176,26 @@ impl Master {
     fn unavailable(&self, message: String, machines: &[usize]) -> Failure {
         let names = machines
             .iter()
-            .map(|&i| self.options.cluster.slaves[i].name.clone())
+            .map(|&i| self.layout().slaves()[i].name.clone())
             .collect();
         let states = self.slaves.borrow();
+        let lacking = self.lacking.borrow();
         let down: Vec<String> = machines
             .iter()
             .map(|&i| match &states[i].reason {
-                Some(reason) => format!("{}: {reason}", self.slave_name(i)),
-                None => self.slave_name(i),
+                Some(reason) => format!("{} is down: {reason}", self.slave_name(i)),
+                None if !lacking[i].is_empty() => format!(
+                    "{} is up but lacks {} of its vectors (lost with its data; they are \
+                     copied back from other owners where one holds them)",
+                    self.slave_name(i),
+                    lacking[i].len()
+                ),
+                None => format!("{} is up", self.slave_name(i)),
             })
             .collect();
         Failure {
             kind: ErrorKind::Unavailable,
-            message: format!("unavailable: {message}; down: {}", down.join("; ")),
+            message: format!("unavailable: {message}; {}", down.join("; ")),
             failed_machines: names,
         }
     }
@@ -194,5 +250,97 @@ impl master::Server for Master {
     ) -> Result<(), capnp::Error> {
         Master::status(&self, &mut results).await;
         Ok(())
+    }
+
+    async fn clear(
+        self: capnp::capability::Rc<Self>,
+        params: master::ClearParams,
+        mut results: master::ClearResults,
+    ) -> Result<(), capnp::Error> {
+        let outcome = self.clear_vectors(params.get()?.get_vectors()?).await;
+        write_update_outcome(results.get().init_outcome(), outcome);
+        Ok(())
+    }
+
+    async fn rebalance(
+        self: capnp::capability::Rc<Self>,
+        params: master::RebalanceParams,
+        mut results: master::RebalanceResults,
+    ) -> Result<(), capnp::Error> {
+        let most = params.get()?.get_most().max(1) as usize;
+        let outcome = self.rebalance_step(most).await;
+        let out = results.get().init_outcome();
+        match outcome {
+            Ok(progress) => {
+                let mut out = out.init_progress();
+                out.set_done(progress.done);
+                out.set_total(progress.total);
+                out.set_copied(progress.copied);
+                out.set_copied_bytes(progress.copied_bytes);
+                out.set_removed(progress.removed);
+                out.set_finished(progress.finished);
+            }
+            Err(failure) => failure.write(out.init_error()),
+        }
+        Ok(())
+    }
+
+    async fn placement(
+        self: capnp::capability::Rc<Self>,
+        _: master::PlacementParams,
+        mut results: master::PlacementResults,
+    ) -> Result<(), capnp::Error> {
+        let all = 0..self.layout().slaves().len();
+        futures::future::join_all(all.map(|i| self.probe(i))).await;
+        self.placement_report(results.get().init_report());
+        Ok(())
+    }
+
+    async fn delete(
+        self: capnp::capability::Rc<Self>,
+        params: master::DeleteParams,
+        mut results: master::DeleteResults,
+    ) -> Result<(), capnp::Error> {
+        let outcome = self.delete_spans(params.get()?.get_spans()?).await;
+        write_update_outcome(results.get().init_outcome(), outcome);
+        Ok(())
+    }
+}
+
+impl Master {
+    /// Counts what is placed well and what is not.
+    fn placement_report(&self, mut out: crate::bitfold_capnp::placement_report::Builder<'_>) {
+        let layout = self.layout();
+        let catalog = self.catalog.borrow();
+        let replicas = layout.current.replicas;
+        let (mut under, mut lost, mut misplaced) = (0, 0, 0);
+        for vid in catalog.range(0, u64::MAX) {
+            let owners = layout.read_owners(vid);
+            let serving = owners.iter().filter(|&&o| self.serves(o, vid)).count();
+            under += u64::from(serving < replicas);
+            lost += u64::from(serving == 0);
+            if let Some(target) = &layout.target {
+                misplaced += u64::from(
+                    vid >= self.move_next.get() && target.placement().owners(vid) != owners,
+                );
+            }
+        }
+        out.set_vectors(catalog.len() as u64);
+        out.set_under_replicated(under);
+        out.set_lost(lost);
+        out.set_misplaced(misplaced);
+        out.set_moving(layout.target.is_some());
+        out.set_move_done(
+            catalog
+                .range(0, self.move_next.get().saturating_sub(1))
+                .count() as u64,
+        );
+    }
+}
+
+fn write_update_outcome(mut out: update_outcome::Builder<'_>, outcome: Result<u64, Failure>) {
+    match outcome {
+        Ok(changed) => out.set_changed(changed),
+        Err(failure) => failure.write(out.init_error()),
     }
 }

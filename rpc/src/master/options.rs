@@ -14,6 +14,10 @@ pub struct MasterOptions {
     pub listen: String,
     /// The slaves and the number of replicas.
     pub cluster: ClusterConfig,
+    /// The cluster file `cluster` was read from, which `rebalance` reads
+    /// again (docs/protocol.md §9); without one, `rebalance` moves vectors
+    /// to `cluster`.
+    pub cluster_file: Option<PathBuf>,
     /// Where the catalog lives (created if missing).
     pub data_dir: PathBuf,
     /// How the coordinator of a query is picked.
@@ -50,6 +54,7 @@ impl MasterOptions {
         MasterOptions {
             listen: listen.into(),
             cluster,
+            cluster_file: None,
             data_dir: data_dir.into(),
             policy: CoordinatorPolicy::default(),
             plan: PlanChoice::default(),

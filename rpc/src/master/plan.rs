@@ -167,12 +167,13 @@ fn vids_of<'c>(catalog: &'c Catalog, term: &Term) -> impl Iterator<Item = u64> +
         .flat_map(move |span| catalog.range(span.first, span.last))
 }
 
-/// Plans `terms` over `catalog`; `up(i)` says whether slave `i` is live.
+/// Plans `terms` over `catalog`; `usable(i, vid)` says whether slave `i`
+/// may serve vector `vid` (it is live and holds it).
 pub(crate) fn plan(
     terms: &[Term],
     catalog: &Catalog,
     shape: PlanShape,
-    up: impl Fn(usize) -> bool,
+    usable: impl Fn(usize, u64) -> bool,
 ) -> Plan {
     if terms.iter().any(|t| vids_of(catalog, t).next().is_none()) {
         return Plan::Empty;
@@ -190,7 +191,7 @@ pub(crate) fn plan(
     for term in terms {
         let mut chain = Chain::new();
         for vid in vids_of(catalog, term) {
-            match shape.placement.reader(vid, &up) {
+            match shape.placement.reader(vid, |i| usable(i, vid)) {
                 Some(owner) => chain.push((owner as u32, vid)),
                 None => {
                     orphans += 1;
@@ -304,7 +305,7 @@ mod tests {
             &[term(0, u64::MAX), term(5, 9)],
             &catalog,
             shape(4, 1),
-            |_| true,
+            |_, _| true,
         ) else {
             panic!("a plan with chains")
         };
@@ -322,9 +323,12 @@ mod tests {
     fn an_empty_term_empties_the_answer() {
         let catalog = catalog(&[1, 2, 3]);
         assert_eq!(
-            plan(&[term(1, 3), term(4, 100)], &catalog, shape(2, 1), |_| {
-                false
-            }),
+            plan(
+                &[term(1, 3), term(4, 100)],
+                &catalog,
+                shape(2, 1),
+                |_, _| { false }
+            ),
             Plan::Empty
         );
     }
@@ -333,12 +337,13 @@ mod tests {
     fn down_owners_are_replaced_by_replicas_or_reported() {
         let vids: Vec<u64> = (0..30).collect();
         let catalog = catalog(&vids);
-        let Plan::Chains(chains) = plan(&[term(0, 29)], &catalog, shape(3, 2), |s| s != 1) else {
+        let Plan::Chains(chains) = plan(&[term(0, 29)], &catalog, shape(3, 2), |s, _| s != 1)
+        else {
             panic!("replicas cover one down slave")
         };
         assert!(chains[0].iter().all(|&(m, _)| m != 1));
         assert_eq!(chains[0].len(), 30);
-        match plan(&[term(0, 29)], &catalog, shape(3, 1), |s| s != 1) {
+        match plan(&[term(0, 29)], &catalog, shape(3, 1), |s, _| s != 1) {
             Plan::NoOwner { vectors, down } => {
                 let on_1 = vids
                     .iter()
@@ -351,16 +356,36 @@ mod tests {
     }
 
     #[test]
+    fn an_owner_lacking_a_vector_is_not_asked_for_it() {
+        let vids: Vec<u64> = (0..30).collect();
+        let catalog = catalog(&vids);
+        let lacking = |s: usize, v: u64| !(s == 0 && v.is_multiple_of(2));
+        let Plan::Chains(chains) = plan(&[term(0, 29)], &catalog, shape(3, 2), lacking) else {
+            panic!("the other owner serves what slave 0 lacks")
+        };
+        assert!(
+            chains[0]
+                .iter()
+                .all(|&(m, v)| m != 0 || !v.is_multiple_of(2))
+        );
+        assert!(
+            chains[0].iter().any(|&(m, _)| m == 0),
+            "slave 0 serves the rest"
+        );
+        assert_eq!(chains[0].len(), 30);
+    }
+
+    #[test]
     fn a_query_names_a_bounded_number_of_vectors() {
         let vids: Vec<u64> = (0..600).collect();
         let catalog = catalog(&vids);
         let terms = [term(0, 599), term(100, 599)];
         assert_eq!(
-            plan(&terms, &catalog, shape(2, 1), |_| true),
+            plan(&terms, &catalog, shape(2, 1), |_, _| true),
             Plan::TooMany { most: 1000 }
         );
         assert!(matches!(
-            plan(&terms[1..], &catalog, shape(2, 1), |_| true),
+            plan(&terms[1..], &catalog, shape(2, 1), |_, _| true),
             Plan::Chains(_)
         ));
     }

@@ -32,8 +32,8 @@ impl Master {
 
     /// Asks slave `index` for its health (and its catalog, when it was not
     /// merged since the slave came up) and records what it says.
-    async fn probe(&self, index: usize) {
-        let addr = self.options.cluster.slaves[index].addr.clone();
+    pub(super) async fn probe(&self, index: usize) {
+        let addr = self.layout().slaves()[index].addr.clone();
         let timeout = self.options.health_timeout();
         let health = self
             .pool
@@ -56,16 +56,28 @@ impl Master {
         };
         self.slaves.borrow_mut()[index].holdings = holdings;
         let synced = self.slaves.borrow()[index].synced;
-        if !synced && let Err(reason) = self.sync_catalog(&addr).await {
-            return self.mark_down(index, &reason);
+        if !synced {
+            // Updates it missed first: merging its catalog before would
+            // bring back the vectors it has not deleted yet.
+            if !self.journal.borrow().waiting_for(index).is_empty() {
+                let _writing = self.writes.lock().await;
+                if let Err(reason) = self.catch_up(index).await {
+                    return self.mark_down(index, &format!("catching up on updates: {reason}"));
+                }
+            }
+            match self.sync_catalog(&addr).await {
+                Ok(held) => self.note_lacking(index, &held),
+                Err(reason) => return self.mark_down(index, &reason),
+            }
         }
         if self.slaves.borrow_mut()[index].come_up() {
             tracing::info!("slave {} is up", self.slave_name(index));
         }
     }
 
-    /// Merges the vids slave `addr` holds into the catalog (durably).
-    async fn sync_catalog(&self, addr: &str) -> Result<(), String> {
+    /// Merges the vids slave `addr` holds into the catalog (durably);
+    /// returns them, ascending.
+    async fn sync_catalog(&self, addr: &str) -> Result<Vec<u64>, String> {
         let response = self
             .pool
             .call(addr, self.options.rpc_timeout, |client| {
@@ -79,22 +91,27 @@ impl Master {
         if !vids.len().is_multiple_of(8) {
             return Err("its catalog is malformed: not a whole number of vids".into());
         }
-        let vids = vids
+        let vids: Vec<u64> = vids
             .chunks_exact(8)
-            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
-        Catalog::insert(&self.catalog, vids)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        if !vids.is_sorted() {
+            return Err("its catalog is malformed: the vids are not ascending".into());
+        }
+        Catalog::insert(&self.catalog, vids.iter().copied())
             .await
-            .map(|_| ())
-            .map_err(|e| format!("the master could not record its catalog: {e}"))
+            .map_err(|e| format!("the master could not record its catalog: {e}"))?;
+        Ok(vids)
     }
 
     /// Probes every slave, then writes what the master knows of each.
     pub(super) async fn status(&self, results: &mut master::StatusResults) {
-        let all = 0..self.options.cluster.slaves.len();
+        let all = 0..self.layout().slaves().len();
         futures::future::join_all(all.map(|i| self.probe(i))).await;
         let slaves = self.slaves.borrow();
+        let layout = self.layout();
         let mut list = results.get().init_slaves(slaves.len() as u32);
-        for (i, (state, entry)) in slaves.iter().zip(&self.options.cluster.slaves).enumerate() {
+        for (i, (state, entry)) in slaves.iter().zip(layout.slaves()).enumerate() {
             let mut out = list.reborrow().get(i as u32);
             out.set_name(entry.name.as_str());
             out.set_addr(entry.addr.as_str());

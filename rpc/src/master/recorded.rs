@@ -1,23 +1,43 @@
-//! The placement the master's vectors were imported under, recorded in its
-//! data directory (`placement.toml`, written through the engine's
-//! [`Directory`]: staged, synced, renamed), so that a cluster file whose
-//! `group` differs is refused instead of silently reading every vector from
-//! the wrong slaves.
+//! The layout the master's vectors were placed under (docs/protocol.md §4,
+//! §9): the slaves in placement order with their addresses, `replicas` and
+//! `group`. It is recorded in the master's data directory
+//! (`placement.toml`, written through the engine's [`Directory`]: staged,
+//! synced, renamed), so that editing the cluster file never silently moves
+//! where vectors are read from.
+//!
+//! Once vectors exist, the allowed edits of the cluster file are: append
+//! slaves, change a slave's address (a new machine in its place), remove
+//! slaves from the end, and change `replicas`. A new address is used at
+//! once; the other edits change no placement by themselves (the master goes
+//! on placing by the recorded layout until the vectors are moved). Any other
+//! edit (renaming, reordering, removing from the middle, a new `group`) is
+//! refused with an error saying what is allowed.
 
 use bitfold_engine::store::Directory;
+
+use crate::cluster::ClusterConfig;
 
 /// The file, in the master's data directory.
 const FILE: &str = "placement.toml";
 
-/// Checks `group` against the one recorded in `dir`, recording it when
-/// nothing is recorded yet. A master that already holds vectors
-/// (`has_vectors`) but no record placed them before `group` existed, with
-/// `group = 1`.
-pub(crate) fn check_group(
+/// The record of a move in progress (`rebalance`): the layout being moved
+/// to and how far the move has gone.
+const MOVE_FILE: &str = "move.toml";
+
+/// What the allowed edits are, for error messages.
+const ALLOWED: &str = "once vectors exist, the allowed edits of the cluster file are: append \
+                       [[slaves]] entries, change a slave's addr, remove entries from the end, \
+                       and change replicas";
+
+/// The layout to place by, given the cluster `file` and what `dir`
+/// records (recording it when it changed). A master that already holds
+/// vectors (`has_vectors`) without a record placed them before `group`
+/// existed, with `group = 1`, on the file's slaves.
+pub(crate) fn layout(
     dir: &dyn Directory,
-    group: u64,
+    file: &ClusterConfig,
     has_vectors: bool,
-) -> Result<(), String> {
+) -> Result<ClusterConfig, String> {
     let path = dir.path(FILE);
     let listed = dir.list().map_err(|e| e.to_string())?;
     let recorded = if listed.iter().any(|name| name == FILE) {
@@ -25,65 +45,289 @@ pub(crate) fn check_group(
         let parsed = std::str::from_utf8(&bytes).ok().and_then(parse);
         Some(parsed.ok_or_else(|| {
             format!(
-                "{} is not `group = N`; restore it (it records how the vectors were placed)",
+                "{} is not a placement record; restore it (it records how the vectors were \
+                 placed)",
                 path.display()
             )
         })?)
     } else {
         None
     };
-    let placed = recorded.or(has_vectors.then_some(1));
-    match placed {
-        Some(placed) if placed != group => Err(format!(
-            "the cluster file says group = {group}, but this master's vectors were placed \
-             with group = {placed}: set group = {placed} in the cluster file"
-        )),
-        Some(_) if recorded.is_some() => Ok(()),
-        _ => record(dir, group).map_err(|e| e.to_string()),
+    let layout = match &recorded {
+        _ if !has_vectors => file.clone(),
+        None | Some(Recorded::Group(_)) => {
+            let placed = match recorded {
+                Some(Recorded::Group(group)) => group,
+                _ => 1,
+            };
+            check_group(file.group, placed)?;
+            file.clone()
+        }
+        Some(Recorded::Layout(recorded)) => {
+            check_group(file.group, recorded.group)?;
+            edited(recorded, file)?
+        }
+    };
+    let unchanged = matches!(&recorded, Some(Recorded::Layout(r)) if *r == layout);
+    if !unchanged {
+        record(dir, &layout).map_err(|e| e.to_string())?;
     }
+    Ok(layout)
 }
 
-fn parse(text: &str) -> Option<u64> {
+fn check_group(group: u64, placed: u64) -> Result<(), String> {
+    if group == placed {
+        return Ok(());
+    }
+    Err(format!(
+        "the cluster file says group = {group}, but this master's vectors were placed with \
+         group = {placed}: set group = {placed} in the cluster file"
+    ))
+}
+
+/// The recorded layout with the addresses of `file` (whose edit of it must
+/// be allowed).
+fn edited(recorded: &ClusterConfig, file: &ClusterConfig) -> Result<ClusterConfig, String> {
+    for (i, (was, now)) in recorded.slaves.iter().zip(&file.slaves).enumerate() {
+        if was.name != now.name {
+            return Err(format!(
+                "the cluster file has slave {:?} at position {}, where the vectors were placed \
+                 on slave {:?}: {ALLOWED}",
+                now.name,
+                i + 1,
+                was.name
+            ));
+        }
+    }
+    let mut layout = recorded.clone();
+    for (slave, now) in layout.slaves.iter_mut().zip(&file.slaves) {
+        slave.addr.clone_from(&now.addr);
+    }
+    layout
+        .validate()
+        .map_err(|why| format!("with the cluster file's addresses, {why}"))?;
+    Ok(layout)
+}
+
+/// What a placement record says.
+enum Recorded {
+    /// A record written before layouts were recorded: only `group = N`.
+    Group(u64),
+    /// The whole layout.
+    Layout(ClusterConfig),
+}
+
+fn parse(text: &str) -> Option<Recorded> {
+    if let Ok(layout) = toml::from_str::<ClusterConfig>(text) {
+        return layout
+            .validate()
+            .is_ok()
+            .then_some(Recorded::Layout(layout));
+    }
     let value = text.trim().strip_prefix("group")?.trim_start();
-    value.strip_prefix('=')?.trim().parse().ok()
+    value
+        .strip_prefix('=')?
+        .trim()
+        .parse()
+        .ok()
+        .map(Recorded::Group)
 }
 
 /// Writes the record durably.
-fn record(dir: &dyn Directory, group: u64) -> Result<(), bitfold_engine::store::StoreError> {
+pub(crate) fn record(
+    dir: &dyn Directory,
+    layout: &ClusterConfig,
+) -> Result<(), bitfold_engine::store::StoreError> {
     let mut file = dir.create(FILE)?;
-    file.write_all(format!("group = {group}\n").as_bytes())?;
+    file.write_all(layout.to_toml().as_bytes())?;
     file.commit()
+}
+
+/// The layout `file` asks vectors to move to from `current`, if its edit of
+/// `current` is allowed: the file itself (its slaves, addresses, replicas).
+pub(crate) fn target(
+    current: &ClusterConfig,
+    file: &ClusterConfig,
+) -> Result<ClusterConfig, String> {
+    check_group(file.group, current.group)?;
+    edited(current, file)?;
+    Ok(file.clone())
+}
+
+/// A move in progress: the layout vectors move to, and the first vid not
+/// yet copied.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Move {
+    pub(crate) next: u64,
+    pub(crate) target: ClusterConfig,
+}
+
+/// The move in progress, if `dir` records one.
+pub(crate) fn read_move(dir: &dyn Directory) -> Result<Option<Move>, String> {
+    if !dir
+        .list()
+        .map_err(|e| e.to_string())?
+        .iter()
+        .any(|n| n == MOVE_FILE)
+    {
+        return Ok(None);
+    }
+    let bytes = dir.read(MOVE_FILE).map_err(|e| e.to_string())?;
+    let parsed = std::str::from_utf8(&bytes)
+        .ok()
+        .and_then(|text| toml::from_str::<Move>(text).ok());
+    match parsed {
+        Some(moving) if moving.target.validate().is_ok() => Ok(Some(moving)),
+        _ => Err(format!(
+            "{} is not a move record; restore it, or remove it and run `bitfold rebalance` \
+             again",
+            dir.path(MOVE_FILE).display()
+        )),
+    }
+}
+
+/// Records the move's progress durably.
+pub(crate) fn record_move(
+    dir: &dyn Directory,
+    moving: &Move,
+) -> Result<(), bitfold_engine::store::StoreError> {
+    let mut file = dir.create(MOVE_FILE)?;
+    let text = toml::to_string(moving).expect("a move record always serialises");
+    file.write_all(text.as_bytes())?;
+    file.commit()
+}
+
+/// Forgets the move (it is complete).
+pub(crate) fn end_move(dir: &dyn Directory) -> Result<(), bitfold_engine::store::StoreError> {
+    dir.delete(MOVE_FILE)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::SlaveEntry;
     use bitfold_engine::store::MemoryDirectory;
 
+    fn cluster(slaves: &[(&str, &str)], replicas: usize, group: u64) -> ClusterConfig {
+        ClusterConfig {
+            replicas,
+            group,
+            slaves: slaves
+                .iter()
+                .map(|&(name, addr)| SlaveEntry {
+                    name: name.into(),
+                    addr: addr.into(),
+                })
+                .collect(),
+        }
+    }
+
+    const THREE: [(&str, &str); 3] = [("s0", "h:1"), ("s1", "h:2"), ("s2", "h:3")];
+
     #[test]
-    fn the_first_group_is_recorded_and_a_different_one_refused() {
+    fn allowed_edits_keep_the_recorded_placement_and_take_new_addresses() {
         let dir = MemoryDirectory::new();
-        check_group(&dir, 16, false).unwrap();
-        check_group(&dir, 16, true).unwrap();
-        let refused = check_group(&dir, 1, true).unwrap_err();
-        assert!(refused.contains("set group = 16"), "{refused}");
+        let first = cluster(&THREE, 2, 16);
+        assert_eq!(layout(&dir, &first, false).unwrap(), first);
+        let appended = cluster(&[THREE[0], THREE[1], THREE[2], ("s3", "h:4")], 3, 16);
+        assert_eq!(layout(&dir, &appended, true).unwrap(), first);
+        let moved = cluster(&[THREE[0], ("s1", "elsewhere:2")], 1, 16);
+        let placed = layout(&dir, &moved, true).unwrap();
+        assert_eq!(
+            placed.slaves.len(),
+            3,
+            "removed from the end, still placed on"
+        );
+        assert_eq!(placed.slaves[1].addr, "elsewhere:2");
+        assert_eq!(placed.replicas, 2);
+        let reread = layout(&dir, &first, true).unwrap();
+        assert_eq!(
+            reread.slaves[1].addr, "h:2",
+            "the file's address is used again"
+        );
     }
 
     #[test]
-    fn vectors_without_a_record_were_placed_with_group_one() {
+    fn other_edits_are_refused_saying_what_is_allowed() {
         let dir = MemoryDirectory::new();
-        let refused = check_group(&dir, 64, true).unwrap_err();
+        layout(&dir, &cluster(&THREE, 1, 16), false).unwrap();
+        for refused in [
+            cluster(&[THREE[1], THREE[0], THREE[2]], 1, 16),
+            cluster(&[THREE[0], THREE[2]], 1, 16),
+            cluster(&[THREE[0], ("t1", "h:2"), THREE[2]], 1, 16),
+        ] {
+            let why = layout(&dir, &refused, true).unwrap_err();
+            assert!(why.contains("the allowed edits"), "{why}");
+        }
+        let why = layout(&dir, &cluster(&THREE, 1, 1), true).unwrap_err();
+        assert!(why.contains("set group = 16"), "{why}");
+        let clash = cluster(&[THREE[0], ("s1", "h:1"), THREE[2]], 1, 16);
+        assert!(layout(&dir, &clash, true).unwrap_err().contains("unique"));
+    }
+
+    #[test]
+    fn a_master_without_vectors_takes_any_file() {
+        let dir = MemoryDirectory::new();
+        layout(&dir, &cluster(&THREE, 1, 16), false).unwrap();
+        let other = cluster(&[("a", "h:9")], 1, 4);
+        assert_eq!(layout(&dir, &other, false).unwrap(), other);
+    }
+
+    #[test]
+    fn a_group_only_record_and_no_record_are_read_as_before() {
+        let dir = MemoryDirectory::new();
+        let refused = layout(&dir, &cluster(&THREE, 1, 64), true).unwrap_err();
         assert!(refused.contains("set group = 1"), "{refused}");
-        check_group(&dir, 1, true).unwrap();
-        assert_eq!(&*dir.read(FILE).unwrap(), b"group = 1\n");
+        let mut old = dir.create(FILE).unwrap();
+        old.write_all(b"group = 16\n").unwrap();
+        old.commit().unwrap();
+        assert!(
+            layout(&dir, &cluster(&THREE, 1, 1), true)
+                .unwrap_err()
+                .contains("set group = 16")
+        );
+        let file = cluster(&THREE, 1, 16);
+        assert_eq!(layout(&dir, &file, true).unwrap(), file);
+        assert!(
+            std::str::from_utf8(&dir.read(FILE).unwrap())
+                .unwrap()
+                .contains("[[slaves]]")
+        );
         let mut damaged = dir.create(FILE).unwrap();
         damaged.write_all(b"grup = 1").unwrap();
         damaged.commit().unwrap();
         assert!(
-            check_group(&dir, 1, true)
+            layout(&dir, &file, true)
                 .unwrap_err()
                 .contains("restore it")
         );
+    }
+
+    #[test]
+    fn a_move_record_reads_back_and_damage_is_refused() {
+        let dir = MemoryDirectory::new();
+        assert_eq!(read_move(&dir).unwrap(), None);
+        let moving = Move {
+            next: 77,
+            target: cluster(&THREE, 2, 16),
+        };
+        record_move(&dir, &moving).unwrap();
+        assert_eq!(read_move(&dir).unwrap(), Some(moving));
+        end_move(&dir).unwrap();
+        assert_eq!(read_move(&dir).unwrap(), None);
+        let mut damaged = dir.create(MOVE_FILE).unwrap();
+        damaged.write_all(b"next = 1").unwrap();
+        damaged.commit().unwrap();
+        assert!(read_move(&dir).unwrap_err().contains("rebalance"));
+        let current = cluster(&THREE, 1, 16);
+        let reordered = cluster(&[THREE[1], THREE[0]], 1, 16);
+        assert!(
+            target(&current, &reordered)
+                .unwrap_err()
+                .contains("allowed edits")
+        );
+        let grown = cluster(&[THREE[0], THREE[1], THREE[2], ("s3", "h:4")], 2, 16);
+        assert_eq!(target(&current, &grown).unwrap(), grown);
     }
 
     #[test]
@@ -91,13 +335,10 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         {
             let dir = bitfold_engine::store::MmapDirectory::open(root.path()).unwrap();
-            check_group(&dir, 64, false).unwrap();
+            layout(&dir, &cluster(&THREE, 1, 64), false).unwrap();
         }
         let dir = bitfold_engine::store::MmapDirectory::open(root.path()).unwrap();
-        assert!(
-            check_group(&dir, 1, true)
-                .unwrap_err()
-                .contains("set group = 64")
-        );
+        let why = layout(&dir, &cluster(&THREE[..1], 1, 1), true).unwrap_err();
+        assert!(why.contains("set group = 64"), "{why}");
     }
 }

@@ -19,11 +19,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bitfold_engine::VectorPart;
 use bitfold_engine::fold::UnionPlan;
-use bitfold_engine::store::{Snapshot, Store, StoreError};
+use bitfold_engine::store::{Snapshot, Store, StoreError, Update};
+use bitfold_engine::{ContainerRef, VectorBuf, VectorPart};
 
-use crate::bitfold_capnp::{Want, slave, vid_vector};
+use crate::bitfold_capnp::{Want, change, slave, vid_vector};
 use crate::budget::{self, Budget};
 use crate::net::{self, Pool};
 use crate::wire;
@@ -190,6 +190,30 @@ impl slave::Server for Slave {
         Ok(())
     }
 
+    async fn update(
+        self: capnp::capability::Rc<Self>,
+        params: slave::UpdateParams,
+        mut results: slave::UpdateResults,
+    ) -> Result<(), capnp::Error> {
+        // As for an import: the store fsyncs, on a blocking thread.
+        let mut batch = capnp::message::Builder::new_default();
+        batch.set_root(params.get()?.get_changes()?)?;
+        drop(params);
+        let store = self.store.clone();
+        let applied = tokio::task::spawn_blocking(move || update_batch(&store, &batch))
+            .await
+            .map_err(wire::failed)??;
+        let mut result = results.get().init_result();
+        match applied {
+            Ok(changed) => {
+                let out = result.init_changed(changed.len() as u32 * 8);
+                out.copy_from_slice(bytemuck::cast_slice(&changed));
+            }
+            Err(err) => result.set_error(format!("the slave could not apply the update: {err}")),
+        }
+        Ok(())
+    }
+
     fn health(
         self: capnp::capability::Rc<Self>,
         _: slave::HealthParams,
@@ -270,6 +294,60 @@ fn import_batch(
         batch.push((*vid, part.view().map_err(wire::failed)?));
     }
     Ok(store.import(&batch).map(|_| ()))
+}
+
+/// Validates the changes of an update message and applies them, in order,
+/// as one durable update; returns the vids that changed.
+fn update_batch(
+    store: &Store,
+    message: &capnp::message::Builder<capnp::message::HeapAllocator>,
+) -> capnp::Result<Result<Vec<u64>, StoreError>> {
+    let changes: capnp::struct_list::Reader<'_, change::Owned> = message.get_root_as_reader()?;
+    let mut wire_parts = Vec::new();
+    for (i, change) in changes.iter().enumerate() {
+        if let change::Clear(parts) | change::Replace(parts) = change.which()? {
+            wire_parts.extend(wire::read_parts(parts?)?.into_iter().map(|p| (i, p)));
+        }
+    }
+    let mut views: Vec<Vec<VectorPart<'_>>> = vec![Vec::new(); changes.len() as usize];
+    for (i, part) in &wire_parts {
+        views[*i].push(part.view().map_err(wire::failed)?);
+    }
+    let whole: Vec<Option<VectorBuf>> = changes
+        .iter()
+        .zip(&views)
+        .map(|(change, parts)| match change.which() {
+            Ok(change::Replace(_)) => concatenate(parts).map(Some),
+            _ => Ok(None),
+        })
+        .collect::<capnp::Result<_>>()?;
+    let mut batch = Vec::new();
+    for ((change, parts), whole) in changes.iter().zip(&views).zip(&whole) {
+        let vid = change.get_vid();
+        match change.which()? {
+            change::Clear(_) => batch.extend(parts.iter().map(|&p| Update::Clear(vid, p))),
+            change::Delete(()) => batch.push(Update::Delete(vid)),
+            change::Replace(_) => {
+                let vector = whole.as_ref().expect("a replace has its vector");
+                batch.push(Update::Replace(vid, vector.as_part()));
+            }
+        }
+    }
+    Ok(store.update(&batch).map(|stats| stats.changed))
+}
+
+/// The vector made of `parts` (key-disjoint, in ascending key order, as
+/// the parts of a vector travel).
+fn concatenate(parts: &[VectorPart<'_>]) -> capnp::Result<VectorBuf> {
+    let mut vector = VectorBuf::new();
+    for (key, container) in parts.iter().flat_map(|p| p.containers()) {
+        match container {
+            ContainerRef::Dense(words) => vector.push_dense(key, words),
+            ContainerRef::Sparse(values) => vector.push_sparse(key, values),
+        }
+        .map_err(|e| wire::failed(format!("a replaced vector's parts overlap: {e}")))?;
+    }
+    Ok(vector)
 }
 
 /// The number of bits in the union `plan` was made from, without keeping it.

@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use super::demo::read_vectors;
-use super::import::{Destination, import_paths};
+use super::import::{Action, Destination, import_paths};
 use super::local::numbered_cluster;
 use crate::cli::BenchArgs;
 use bitfold_workload::dataset::{self, DataSet, Shape, part_bytes};
@@ -248,6 +248,7 @@ fn load_files(dir: &Path, master: &str, skip: bool) -> anyhow::Result<BenchVecto
             &[dir.to_path_buf()],
             bitfold_engine::import::Format::Roaring,
             &destination,
+            Action::Set,
         )?;
     }
     let (vids, sizes) = vectors

@@ -13,7 +13,7 @@ use bitfold_rpc::client::Client;
 use bitfold_rpc::local::{LocalCluster, loopback};
 use bitfold_rpc::query::{self, Query};
 
-use super::import::{Destination, import_paths};
+use super::import::{Action, Destination, import_paths};
 use super::query::count;
 use super::sample::{Index, vectors_dir};
 use crate::cli::DemoArgs;
@@ -46,6 +46,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         std::slice::from_ref(&vectors),
         Format::Roaring,
         &Destination::Master(client),
+        Action::Set,
     )?;
     println!(
         "Loaded the sample bitmap index of a `{}` table ({} rows): {} vectors, {} set bits.\n",

@@ -1,4 +1,5 @@
-//! `bitfold import`: check the whole input, then send it in batches, with a progress bar.
+//! `bitfold import`: check the whole input, then send it in batches, with a
+//! progress bar; with `--clear`, the listed bits are cleared instead of set.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -6,7 +7,7 @@ use std::time::Instant;
 
 use bitfold_engine::VectorBuf;
 use bitfold_engine::import::{self, Format, ReadError};
-use bitfold_engine::store::Store;
+use bitfold_engine::store::{Store, Update};
 use bitfold_rpc::client::Client;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -23,25 +24,45 @@ pub enum Destination {
     Store(Store),
 }
 
+/// What an import does with the bits it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Sets them.
+    Set,
+    /// Clears them (docs/protocol.md §8).
+    Clear,
+}
+
 impl Destination {
-    fn send(&self, batch: &[(u64, VectorBuf)]) -> anyhow::Result<()> {
+    /// Sends one batch; returns how many vectors it changed (for a clear)
+    /// or held (for a set).
+    fn send(&self, batch: &[(u64, VectorBuf)], action: Action) -> anyhow::Result<u64> {
         let parts: Vec<_> = batch
             .iter()
             .map(|(vid, vector)| (*vid, vector.as_part()))
             .collect();
-        match self {
-            Destination::Master(client) => client.import(&parts)?,
-            Destination::Store(store) => {
-                store.import(&parts)?;
+        Ok(match (self, action) {
+            (Destination::Master(client), Action::Set) => {
+                client.import(&parts)?;
+                batch.len() as u64
             }
-        }
-        Ok(())
+            (Destination::Store(store), Action::Set) => {
+                store.import(&parts)?;
+                batch.len() as u64
+            }
+            (Destination::Master(client), Action::Clear) => client.clear(&parts)?,
+            (Destination::Store(store), Action::Clear) => {
+                let updates: Vec<_> = parts.iter().map(|&(v, p)| Update::Clear(v, p)).collect();
+                store.update(&updates)?.changed.len() as u64
+            }
+        })
     }
 }
 
 /// What an import did.
 pub struct Imported {
-    /// Distinct vectors imported.
+    /// Distinct vectors imported (for a clear: vectors that lost a bit,
+    /// counted once per batch they were sent in).
     pub vectors: u64,
     /// Set bits read from the input (a bit given twice counts twice).
     pub bits: u64,
@@ -57,13 +78,23 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         )?),
     };
     let started = Instant::now();
-    let imported = import_paths(&args.paths, format, &destination)?;
-    println!(
-        "imported {} vectors ({} bits) in {:.1}s",
-        imported.vectors,
-        imported.bits,
-        started.elapsed().as_secs_f64()
-    );
+    let action = if args.clear {
+        Action::Clear
+    } else {
+        Action::Set
+    };
+    let imported = import_paths(&args.paths, format, &destination, action)?;
+    let seconds = started.elapsed().as_secs_f64();
+    match action {
+        Action::Set => println!(
+            "imported {} vectors ({} bits) in {seconds:.1}s",
+            imported.vectors, imported.bits
+        ),
+        Action::Clear => println!(
+            "cleared bits of {} vectors ({} bits listed) in {seconds:.1}s",
+            imported.vectors, imported.bits
+        ),
+    }
     Ok(())
 }
 
@@ -87,6 +118,7 @@ pub fn import_paths(
     paths: &[PathBuf],
     format: Format,
     destination: &Destination,
+    action: Action,
 ) -> anyhow::Result<Imported> {
     let checking = ProgressBar::new_spinner();
     checking.set_style(
@@ -104,18 +136,22 @@ pub fn import_paths(
 
     let bar = ProgressBar::new(summary.bytes);
     bar.set_style(
-        ProgressStyle::with_template("importing [{bar:40}] {bytes}/{total_bytes} ({eta})")
-            .expect("the progress template is valid")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(match action {
+            Action::Set => "importing [{bar:40}] {bytes}/{total_bytes} ({eta})",
+            Action::Clear => "clearing [{bar:40}] {bytes}/{total_bytes} ({eta})",
+        })
+        .expect("the progress template is valid")
+        .progress_chars("=> "),
     );
     let mut vectors = BTreeSet::new();
+    let mut changed = 0;
     import::read_batches(
         paths,
         format,
         BATCH_BITS,
         &|bytes| bar.inc(bytes),
         |batch| {
-            destination.send(batch)?;
+            changed += destination.send(batch, action)?;
             vectors.extend(batch.iter().map(|(vid, _)| *vid));
             anyhow::Ok(())
         },
@@ -128,7 +164,10 @@ pub fn import_paths(
     })?;
     bar.finish_and_clear();
     Ok(Imported {
-        vectors: vectors.len() as u64,
+        vectors: match action {
+            Action::Set => vectors.len() as u64,
+            Action::Clear => changed,
+        },
         bits: summary.bits,
     })
 }

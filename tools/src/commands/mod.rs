@@ -1,10 +1,12 @@
 //! One module per command; `run` dispatches.
 
 mod bench;
+mod delete;
 mod demo;
 mod import;
 mod local;
 mod query;
+mod rebalance;
 mod sample;
 mod serve;
 mod status;
@@ -20,8 +22,10 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Up(args) => up::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Import(args) => import::run(args),
+        Command::Delete(args) => delete::run(args),
         Command::Query(args) => query::run(args),
         Command::Status(args) => status::run(args),
+        Command::Rebalance(args) => rebalance::run(args),
         Command::Sample(args) => sample::run(args),
         Command::Bench(args) => bench::run(args),
     }

@@ -23,6 +23,7 @@ pub fn master(args: MasterArgs) -> anyhow::Result<()> {
         .data_dir
         .unwrap_or_else(|| default_master_dir(&args.cluster));
     let mut options = MasterOptions::new(args.listen, cluster, data_dir);
+    options.cluster_file = Some(args.cluster.clone());
     options.policy = args.policy;
     options.plan = args.plan;
     options.rpc_timeout = args.rpc_timeout.unwrap_or(options.rpc_timeout);

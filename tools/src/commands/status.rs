@@ -39,6 +39,19 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     }
     let up = slaves.iter().filter(|s| s.up).count();
     println!("{up} of {} slaves up", slaves.len());
+    let placed = client.placement()?;
+    println!(
+        "{} vectors: {} under-replicated, {} with no copy up, {} misplaced{}",
+        placed.vectors,
+        placed.under_replicated,
+        placed.lost,
+        placed.misplaced,
+        if placed.moving {
+            " (a move is in progress: run `bitfold rebalance`)"
+        } else {
+            ""
+        }
+    );
     Ok(())
 }
 

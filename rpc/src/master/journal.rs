@@ -1,0 +1,312 @@
+//! The master's journal of updates (docs/protocol.md §8).
+//!
+//! An update (a clear or a delete) is recorded here, durably, before any
+//! owner applies it, and stays until every owner has acknowledged it. So a
+//! master killed in the middle of an update, or an owner that was down or
+//! failed, never leaves an owner serving the old bits: the update is rolled
+//! forward on every owner still waiting for it, in the order updates were
+//! recorded, before that owner is used again (`probe`) or written to
+//! (`import`, `update`).
+//!
+//! Each pending update is one sealed file of the master's data directory,
+//! `update-<id>.pending`, holding a `PendingUpdate` message (its changes and
+//! the owners still waiting). It is rewritten, whole, as owners
+//! acknowledge, and deleted when none is left waiting.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use bitfold_engine::store::{Directory, StoreError, read_sealed, write_sealed};
+use capnp::message::{Builder, HeapAllocator, ReaderOptions};
+
+use crate::bitfold_capnp::{change, pending_update};
+
+/// One recorded update, waiting for some owners.
+pub(super) struct Pending {
+    /// The owners (cluster file index) that have not applied it yet.
+    pub(super) waiting: BTreeSet<usize>,
+    /// Its `PendingUpdate` message, as recorded.
+    message: Builder<HeapAllocator>,
+}
+
+impl Pending {
+    /// Its changes, in order.
+    pub(super) fn changes(&self) -> capnp::Result<capnp::struct_list::Reader<'_, change::Owned>> {
+        self.message
+            .get_root_as_reader::<pending_update::Reader<'_>>()?
+            .get_changes()
+    }
+}
+
+/// The pending updates, by id (the order they were recorded in).
+pub(super) struct Journal {
+    dir: Arc<dyn Directory>,
+    pending: BTreeMap<u64, Pending>,
+    next_id: u64,
+}
+
+impl Journal {
+    /// Reads every pending update of `dir`; a damaged one is refused with
+    /// an error naming its file.
+    pub(super) fn open(dir: Arc<dyn Directory>) -> Result<Journal, String> {
+        let mut pending = BTreeMap::new();
+        for name in dir.list().map_err(|e| e.to_string())? {
+            let Some(id) = parse_name(&name) else {
+                continue;
+            };
+            let damaged = |reason: String| {
+                format!(
+                    "{} is damaged ({reason}); it holds an update not yet applied on every \
+                     owner: restore it from a backup, or remove it and check the vectors it \
+                     changes on every replica",
+                    dir.path(&name).display()
+                )
+            };
+            let body = read_sealed(&*dir, &name).map_err(|e| damaged(e.to_string()))?;
+            let message = decode(&body).map_err(|e| damaged(e.to_string()))?;
+            let waiting = {
+                let root: pending_update::Reader<'_> = message
+                    .get_root_as_reader()
+                    .map_err(|e| damaged(e.to_string()))?;
+                let list = root.get_waiting().map_err(|e| damaged(e.to_string()))?;
+                list.iter().map(|i| i as usize).collect()
+            };
+            pending.insert(id, Pending { waiting, message });
+        }
+        let next_id = pending.keys().next_back().map_or(1, |id| id + 1);
+        Ok(Journal {
+            dir,
+            pending,
+            next_id,
+        })
+    }
+
+    /// The pending updates, in the order they were recorded.
+    pub(super) fn pending(&self) -> impl Iterator<Item = (u64, &Pending)> {
+        self.pending.iter().map(|(&id, p)| (id, p))
+    }
+
+    /// The ids of the updates `owner` has not applied yet, in order.
+    pub(super) fn waiting_for(&self, owner: usize) -> Vec<u64> {
+        self.pending
+            .iter()
+            .filter(|(_, p)| p.waiting.contains(&owner))
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// The pending update `id`.
+    pub(super) fn get(&self, id: u64) -> Option<&Pending> {
+        self.pending.get(&id)
+    }
+
+    /// Adds the update made of `changes` (a list of `Change` at the root of
+    /// the message), waiting for `owners`; returns its id and the bytes to
+    /// make durable with [`Journal::persist`] before anything applies it.
+    pub(super) fn record(
+        &mut self,
+        changes: capnp::struct_list::Reader<'_, change::Owned>,
+        owners: BTreeSet<usize>,
+    ) -> capnp::Result<(u64, Write)> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut message = Builder::new_default();
+        {
+            let mut root: pending_update::Builder<'_> = message.init_root();
+            root.set_id(id);
+            root.set_changes(changes)?;
+        }
+        let waiting: Vec<usize> = owners.iter().copied().collect();
+        let write = self.write_waiting(id, &mut message, &waiting);
+        self.pending.insert(
+            id,
+            Pending {
+                waiting: owners,
+                message,
+            },
+        );
+        Ok((id, write))
+    }
+
+    /// The write that makes durable that `owners` applied update `id`; call
+    /// [`Journal::forget`] once it is. (Memory never runs ahead of the
+    /// disk: an owner whose acknowledgement was not recorded applies the
+    /// update again, harmlessly, before anything else.)
+    pub(super) fn acknowledgement(&self, id: u64, owners: &[usize]) -> capnp::Result<Write> {
+        let name = file_name(id);
+        let Some(pending) = self.pending.get(&id) else {
+            return Ok(Write::Delete(Arc::clone(&self.dir), name));
+        };
+        let waiting: Vec<usize> = pending
+            .waiting
+            .iter()
+            .copied()
+            .filter(|o| !owners.contains(o))
+            .collect();
+        if waiting.is_empty() {
+            return Ok(Write::Delete(Arc::clone(&self.dir), name));
+        }
+        let mut message = Builder::new_default();
+        message.set_root(
+            pending
+                .message
+                .get_root_as_reader::<pending_update::Reader<'_>>()?,
+        )?;
+        Ok(self.write_waiting(id, &mut message, &waiting))
+    }
+
+    /// Forgets that `owners` still have to apply update `id`, once that is durable.
+    pub(super) fn forget(&mut self, id: u64, owners: &[usize]) {
+        if let Some(pending) = self.pending.get_mut(&id) {
+            for owner in owners {
+                pending.waiting.remove(owner);
+            }
+            if pending.waiting.is_empty() {
+                self.pending.remove(&id);
+            }
+        }
+    }
+
+    /// The write of update `id`'s file with `message` waiting for `waiting`.
+    fn write_waiting(
+        &self,
+        id: u64,
+        message: &mut Builder<HeapAllocator>,
+        waiting: &[usize],
+    ) -> Write {
+        let mut root: pending_update::Builder<'_> = message
+            .get_root()
+            .expect("a recorded update has a PendingUpdate root");
+        let mut list = root.reborrow().init_waiting(waiting.len() as u32);
+        for (i, &owner) in waiting.iter().enumerate() {
+            list.set(i as u32, owner as u32);
+        }
+        let bytes = capnp::serialize::write_message_to_words(message);
+        Write::Replace(Arc::clone(&self.dir), file_name(id), bytes)
+    }
+}
+
+/// A change to the journal's files, made durable off the event loop by
+/// [`Write::persist`].
+pub(super) enum Write {
+    Replace(Arc<dyn Directory>, String, Vec<u8>),
+    Delete(Arc<dyn Directory>, String),
+}
+
+impl Write {
+    /// Writes (and syncs) the change on a blocking thread.
+    pub(super) async fn persist(self) -> Result<(), StoreError> {
+        let written = tokio::task::spawn_blocking(move || match self {
+            Write::Replace(dir, name, bytes) => write_sealed(&*dir, &name, &bytes),
+            Write::Delete(dir, name) => dir.delete(&name),
+        });
+        match written.await {
+            Ok(result) => result,
+            Err(join) => std::panic::resume_unwind(join.into_panic()),
+        }
+    }
+}
+
+fn file_name(id: u64) -> String {
+    format!("update-{id:020}.pending")
+}
+
+fn parse_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("update-")?.strip_suffix(".pending")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// Decodes a recorded message into a builder (so that its `waiting` list
+/// can be rewritten in place).
+fn decode(body: &[u8]) -> capnp::Result<Builder<HeapAllocator>> {
+    let mut options = ReaderOptions::new();
+    options.traversal_limit_in_words(Some(crate::net::MAX_MESSAGE_WORDS));
+    let reader = capnp::serialize::read_message_from_flat_slice(&mut &body[..], options)?;
+    let root: pending_update::Reader<'_> = reader.get_root()?;
+    let mut message = Builder::new_default();
+    message.set_root(root)?;
+    Ok(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bitfold_engine::store::MemoryDirectory;
+
+    fn deletes(vids: &[u64]) -> Builder<HeapAllocator> {
+        let mut message = Builder::new_default();
+        let mut list: capnp::struct_list::Builder<'_, change::Owned> =
+            message.initn_root(vids.len() as u32);
+        for (i, &vid) in vids.iter().enumerate() {
+            let mut change = list.reborrow().get(i as u32);
+            change.set_vid(vid);
+            change.set_delete(());
+        }
+        message
+    }
+
+    fn vids(pending: &Pending) -> Vec<u64> {
+        pending
+            .changes()
+            .unwrap()
+            .iter()
+            .map(|c| c.get_vid())
+            .collect()
+    }
+
+    #[test]
+    fn pending_updates_survive_a_restart_until_every_owner_acknowledges() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let dir: Arc<dyn Directory> = Arc::new(MemoryDirectory::new());
+        let mut journal = Journal::open(dir.clone()).unwrap();
+        for (changes, owners) in [(deletes(&[3, 9]), [0, 1]), (deletes(&[4]), [1, 2])] {
+            let list = changes.get_root_as_reader().unwrap();
+            let (_, write) = journal.record(list, owners.into_iter().collect()).unwrap();
+            runtime.block_on(write.persist()).unwrap();
+        }
+        let write = journal.acknowledgement(1, &[0]).unwrap();
+        assert_eq!(
+            journal.waiting_for(0),
+            vec![1],
+            "not forgotten before it is durable"
+        );
+        runtime.block_on(write.persist()).unwrap();
+        journal.forget(1, &[0]);
+        let journal = Journal::open(dir.clone()).unwrap();
+        assert_eq!(journal.waiting_for(0), Vec::<u64>::new());
+        assert_eq!(journal.waiting_for(1), vec![1, 2]);
+        assert_eq!(journal.waiting_for(2), vec![2]);
+        assert_eq!(vids(journal.get(1).unwrap()), vec![3, 9]);
+        let mut journal = journal;
+        let write = journal.acknowledgement(1, &[1]).unwrap();
+        runtime.block_on(write.persist()).unwrap();
+        journal.forget(1, &[1]);
+        assert!(journal.get(1).is_none());
+        let mut journal = Journal::open(dir.clone()).unwrap();
+        assert_eq!(journal.pending().map(|(id, _)| id).collect::<Vec<_>>(), [2]);
+        let list = deletes(&[7]);
+        let (id, _) = journal
+            .record(list.get_root_as_reader().unwrap(), [0].into())
+            .unwrap();
+        assert_eq!(id, 3, "ids keep growing after a restart");
+    }
+
+    #[test]
+    fn a_damaged_journal_entry_is_refused_by_name() {
+        let dir: Arc<dyn Directory> = Arc::new(MemoryDirectory::new());
+        let mut file = dir.create(&file_name(5)).unwrap();
+        file.write_all(b"not a sealed file at all, just some bytes here")
+            .unwrap();
+        file.commit().unwrap();
+        let refused = Journal::open(dir).err().unwrap();
+        assert!(
+            refused.contains("update-00000000000000000005.pending"),
+            "{refused}"
+        );
+        assert!(refused.contains("restore it"), "{refused}");
+    }
+}

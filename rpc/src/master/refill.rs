@@ -1,0 +1,107 @@
+//! Re-replication (docs/protocol.md §9): a slave that comes back without
+//! some of the vectors it owns (a wiped data directory, a new disk, an
+//! import that failed on it) is not asked for them, and gets them back
+//! from their other owners in the background.
+//!
+//! When a slave's catalog is merged (`probe`), the master compares it with
+//! what the slave owns: the vids it lacks are kept per slave and excluded
+//! when planning queries, so the slave neither flaps nor answers empty for
+//! them. The refill copies each lacking vector from a live owner that holds
+//! it, exactly as it is (a `replace`), under the write lock, so no import or
+//! update falls between the read and the copy. With no other copy (for
+//! example `replicas = 1`), the vector stays lacking and queries needing it
+//! are `unavailable`, never answered without it.
+
+use std::collections::BTreeSet;
+use std::rc::Rc;
+
+use super::Master;
+
+/// The most vectors copied to a slave in one call.
+const REFILL_BATCH: usize = 256;
+
+/// Refills slaves that lack vectors, forever.
+pub(super) async fn refill_loop(master: Rc<Master>) {
+    loop {
+        tokio::time::sleep(master.options.probe_interval).await;
+        for index in 0..master.layout().slaves().len() {
+            while master.refill(index).await > 0 {}
+        }
+    }
+}
+
+impl Master {
+    /// Notes which vectors slave `index` owns but does not hold (`held`:
+    /// every vid it holds, ascending).
+    pub(super) fn note_lacking(&self, index: usize, held: &[u64]) {
+        let layout = self.layout();
+        let lacking: BTreeSet<u64> = self
+            .catalog
+            .borrow()
+            .range(0, u64::MAX)
+            .filter(|&v| held.binary_search(&v).is_err() && layout.read_owners(v).contains(&index))
+            .collect();
+        if !lacking.is_empty() {
+            tracing::warn!(
+                "slave {} lacks {} of the vectors it owns: they are served by their other \
+                 owners and copied back to it",
+                self.slave_name(index),
+                lacking.len()
+            );
+        }
+        self.lacking.borrow_mut()[index] = lacking;
+    }
+
+    /// Whether slave `index` may serve vector `vid`: it is up and holds it.
+    pub(super) fn serves(&self, index: usize, vid: u64) -> bool {
+        self.slaves.borrow()[index].up && !self.lacking.borrow()[index].contains(&vid)
+    }
+
+    /// Copies up to [`REFILL_BATCH`] of the vectors slave `index` lacks from
+    /// their other owners; returns how many it copied.
+    async fn refill(&self, index: usize) -> usize {
+        if !self.slaves.borrow()[index].up || self.lacking.borrow()[index].is_empty() {
+            return 0;
+        }
+        let _writing = self.writes.lock().await;
+        let layout = self.layout();
+        let wanted: Vec<(u64, usize)> = self.lacking.borrow()[index]
+            .iter()
+            .filter_map(|&vid| {
+                let source = layout
+                    .read_owners(vid)
+                    .into_iter()
+                    .find(|&o| self.serves(o, vid))?;
+                Some((vid, source))
+            })
+            .take(REFILL_BATCH)
+            .collect();
+        if wanted.is_empty() {
+            return 0;
+        }
+        let vids: Vec<u64> = wanted.iter().map(|&(vid, _)| vid).collect();
+        let copies = match self.fetch_copies(&layout, &vids).await {
+            Ok(copies) => copies,
+            Err(failure) => {
+                tracing::warn!("refilling {}: {}", self.slave_name(index), failure.message);
+                return 0;
+            }
+        };
+        if let Err(reason) = self.send_copies(index, &copies).await {
+            self.mark_down(index, &format!("copying vectors back to it: {reason}"));
+            return 0;
+        }
+        let copied = vids;
+        let mut lacking = self.lacking.borrow_mut();
+        for vid in &copied {
+            lacking[index].remove(vid);
+        }
+        if lacking[index].is_empty() {
+            tracing::info!(
+                "slave {} holds every vector it owns again",
+                self.slave_name(index)
+            );
+        }
+        copied.len()
+    }
+}

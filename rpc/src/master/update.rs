@@ -1,0 +1,311 @@
+//! Updates (docs/protocol.md §8): clearing bits and deleting vectors, on
+//! every owner, exactly.
+//!
+//! Writes (imports, updates and the catch-up of an owner) are serialised by
+//! the master's write lock. An update is first checked whole (nothing is
+//! changed by a bad one), refused while an owner it needs is down (nothing
+//! changed), then recorded in the [`journal`](super::journal) before any
+//! owner applies it. A delete also takes its vids out of the catalog and
+//! waits for the queries planned before that ([`InFlight`](super::in_flight)).
+//! Then every owner applies its share; those that did are acknowledged in
+//! the journal. An owner that failed is marked down: it is used again only
+//! once it has caught up on every update it missed, in order ([`Master::catch_up`]).
+
+use std::collections::BTreeSet;
+
+use capnp::message::{Builder, HeapAllocator};
+
+use super::Master;
+use super::journal::Pending;
+use super::reply::Failure;
+use crate::bitfold_capnp::{change, change_result, vid_span, vid_vector};
+use crate::catalog::Catalog;
+use crate::client::ErrorKind;
+use crate::wire;
+
+/// What an update does, for the catalog and the count it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Clear,
+    Delete,
+}
+
+impl Master {
+    /// Clears the bits of `vectors` on every owner; returns how many
+    /// vectors lost a bit.
+    pub(super) async fn clear_vectors(
+        &self,
+        vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
+    ) -> Result<u64, Failure> {
+        let mut chosen = Vec::new();
+        for (i, vector) in vectors.iter().enumerate() {
+            let vid = vector.get_vid();
+            let bad = |e: capnp::Error| {
+                Failure::new(
+                    ErrorKind::BadQuery,
+                    format!("vector {vid} is malformed: {e}"),
+                )
+            };
+            let wire_parts = wire::read_parts(vector.get_parts().map_err(bad)?).map_err(bad)?;
+            let parts = wire::views(&wire_parts).map_err(bad)?;
+            if parts.iter().any(|p| !p.is_empty()) && self.catalog.borrow().contains(vid) {
+                chosen.push(i as u32);
+            }
+        }
+        let mut message = Builder::new_default();
+        let mut list: capnp::struct_list::Builder<'_, change::Owned> =
+            message.initn_root(chosen.len() as u32);
+        let mut vids = BTreeSet::new();
+        for (j, &i) in chosen.iter().enumerate() {
+            let vector = vectors.get(i);
+            let mut change = list.reborrow().get(j as u32);
+            change.set_vid(vector.get_vid());
+            change
+                .set_clear(vector.get_parts().map_err(Failure::internal)?)
+                .map_err(Failure::internal)?;
+            vids.insert(vector.get_vid());
+        }
+        self.apply(message, vids, Kind::Clear).await
+    }
+
+    /// Deletes every existing vector in `spans` on every owner; returns how
+    /// many there were.
+    pub(super) async fn delete_spans(
+        &self,
+        spans: capnp::struct_list::Reader<'_, vid_span::Owned>,
+    ) -> Result<u64, Failure> {
+        let mut vids = BTreeSet::new();
+        for span in spans.iter() {
+            let (first, last) = (span.get_first(), span.get_last());
+            if first > last {
+                return Err(Failure::new(
+                    ErrorKind::BadQuery,
+                    format!("bad span {first}-{last}: the first vid must not exceed the last"),
+                ));
+            }
+            vids.extend(self.catalog.borrow().range(first, last));
+        }
+        let mut message = Builder::new_default();
+        let mut list: capnp::struct_list::Builder<'_, change::Owned> =
+            message.initn_root(vids.len() as u32);
+        for (j, &vid) in vids.iter().enumerate() {
+            let mut change = list.reborrow().get(j as u32);
+            change.set_vid(vid);
+            change.set_delete(());
+        }
+        self.apply(message, vids, Kind::Delete).await
+    }
+
+    /// Records the update made of `changes` (to the existing `vids`) and has
+    /// every owner apply it.
+    async fn apply(
+        &self,
+        changes: Builder<HeapAllocator>,
+        vids: BTreeSet<u64>,
+        kind: Kind,
+    ) -> Result<u64, Failure> {
+        if vids.is_empty() {
+            return Ok(0);
+        }
+        let _writing = self.writes.lock().await;
+        let layout = self.layout();
+        let owners: BTreeSet<usize> = vids.iter().flat_map(|&v| layout.write_owners(v)).collect();
+        for &owner in &owners {
+            self.catch_up(owner).await.map_err(|reason| {
+                self.unavailable(
+                    format!(
+                        "nothing was changed: slave {} has not caught up on earlier updates \
+                         ({reason}); run it again once it is up",
+                        self.slave_name(owner)
+                    ),
+                    &[owner],
+                )
+            })?;
+        }
+        let down: Vec<usize> = {
+            let states = self.slaves.borrow();
+            owners.iter().copied().filter(|&o| !states[o].up).collect()
+        };
+        if !down.is_empty() {
+            return Err(self.unavailable(
+                "nothing was changed: every owner of the vectors must apply an update; \
+                 run it again once they are up"
+                    .into(),
+                &down,
+            ));
+        }
+        let recorded = {
+            let list = changes.get_root_as_reader().map_err(Failure::internal)?;
+            self.journal.borrow_mut().record(list, owners.clone())
+        };
+        let (id, write) = recorded.map_err(Failure::internal)?;
+        if let Err(err) = write.persist().await {
+            self.journal
+                .borrow_mut()
+                .forget(id, &Vec::from_iter(owners));
+            return Err(Failure::internal(format!(
+                "nothing was changed: the master could not record the update: {err}"
+            )));
+        }
+        if kind == Kind::Delete {
+            Catalog::remove(&self.catalog, vids.iter().copied())
+                .await
+                .map_err(|e| self.recorded_but(format!("the catalog could not record it: {e}")))?;
+            for lacking in self.lacking.borrow_mut().iter_mut() {
+                lacking.retain(|vid| !vids.contains(vid));
+            }
+            self.in_flight.drain().await;
+        }
+        let sends = owners
+            .iter()
+            .map(|&owner| async move { (owner, self.send_update(owner, id).await) });
+        let answers = futures::future::join_all(sends).await;
+        let mut changed = BTreeSet::new();
+        let (mut applied, mut missed) = (Vec::new(), Vec::new());
+        for (owner, answer) in answers {
+            match answer {
+                Ok(vids) => {
+                    changed.extend(vids);
+                    applied.push(owner);
+                }
+                Err(reason) => {
+                    self.mark_down(owner, &reason);
+                    missed.push(format!("{}: {reason}", self.slave_name(owner)));
+                }
+            }
+        }
+        self.acknowledge(id, &applied)
+            .await
+            .map_err(|e| self.recorded_but(e))?;
+        if !missed.is_empty() {
+            return Err(self.recorded_but(format!(
+                "it is applied on {} of {} owners and will be applied on the others when \
+                 they are back (they serve nothing meanwhile): {}",
+                applied.len(),
+                owners.len(),
+                missed.join("; ")
+            )));
+        }
+        Ok(match kind {
+            Kind::Clear => changed.len() as u64,
+            Kind::Delete => vids.len() as u64,
+        })
+    }
+
+    /// Takes the vids of every recorded delete out of the catalog again: a
+    /// master stopped between recording a delete and the catalog's record
+    /// of it would otherwise plan queries on vectors being deleted.
+    pub(super) async fn recover_deletes(&self) -> Result<(), String> {
+        let mut vids = Vec::new();
+        for (id, pending) in self.journal.borrow().pending() {
+            let changes = pending
+                .changes()
+                .map_err(|e| format!("recorded update {id} is malformed: {e}"))?;
+            for change in changes.iter() {
+                if let Ok(change::Delete(())) = change.which() {
+                    vids.push(change.get_vid());
+                }
+            }
+        }
+        Catalog::remove(&self.catalog, vids)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("the catalog could not record a recorded delete: {e}"))
+    }
+
+    /// The error of an update that is recorded (and so will be rolled
+    /// forward) but not yet applied everywhere.
+    fn recorded_but(&self, why: String) -> Failure {
+        Failure::new(
+            ErrorKind::Unavailable,
+            format!("unavailable: the update is recorded but not yet complete: {why}"),
+        )
+    }
+
+    /// Applies, in order, every recorded update `owner` has not applied yet.
+    /// Call it holding the write lock.
+    pub(super) async fn catch_up(&self, owner: usize) -> Result<(), String> {
+        let waiting = self.journal.borrow().waiting_for(owner);
+        for id in waiting {
+            self.send_update(owner, id).await?;
+            self.acknowledge(id, &[owner]).await?;
+            tracing::info!(
+                "slave {} applied update {id}, which it had missed",
+                self.slave_name(owner)
+            );
+        }
+        Ok(())
+    }
+
+    /// Records durably that `owners` applied update `id`.
+    async fn acknowledge(&self, id: u64, owners: &[usize]) -> Result<(), String> {
+        let write = self
+            .journal
+            .borrow()
+            .acknowledgement(id, owners)
+            .map_err(|e| e.to_string())?;
+        write
+            .persist()
+            .await
+            .map_err(|e| format!("the master could not record that it was applied: {e}"))?;
+        self.journal.borrow_mut().forget(id, owners);
+        Ok(())
+    }
+
+    /// Sends `owner` its share of update `id`; returns the vids it changed.
+    async fn send_update(&self, owner: usize, id: u64) -> Result<Vec<u64>, String> {
+        let layout = self.layout();
+        let entry = &layout.slaves()[owner];
+        let mine: Vec<u32> = {
+            let journal = self.journal.borrow();
+            let Some(pending) = journal.get(id) else {
+                return Ok(Vec::new());
+            };
+            let changes = pending.changes().map_err(|e| e.to_string())?;
+            (0..changes.len())
+                .filter(|&i| {
+                    layout
+                        .write_owners(changes.get(i).get_vid())
+                        .contains(&owner)
+                })
+                .collect()
+        };
+        let answer = self
+            .pool
+            .call(&entry.addr, self.options.import_timeout, |client| {
+                let journal = self.journal.borrow();
+                let mut request = client.update_request();
+                let built = journal
+                    .get(id)
+                    .ok_or_else(|| capnp::Error::failed("the update is no longer pending".into()))
+                    .and_then(Pending::changes)
+                    .and_then(|changes| {
+                        let mut list = request.get().init_changes(mine.len() as u32);
+                        for (j, &i) in mine.iter().enumerate() {
+                            list.set_with_caveats(j as u32, changes.get(i))?;
+                        }
+                        Ok(())
+                    });
+                match built {
+                    Ok(()) => capnp::capability::Promise::from_future(request.send().promise),
+                    Err(err) => capnp::capability::Promise::err(err),
+                }
+            })
+            .await?;
+        let result = answer
+            .get()
+            .and_then(|r| r.get_result())
+            .and_then(|r| Ok(r.which()?))
+            .map_err(|e| format!("it answered a malformed message: {e}"))?;
+        match result {
+            change_result::Changed(bytes) => {
+                let bytes = bytes.map_err(|e| format!("it answered a malformed message: {e}"))?;
+                let vids = wire::vids(bytes).map_err(|e| format!("it answered {e}"))?;
+                Ok(vids.into_owned())
+            }
+            change_result::Error(text) => Err(text
+                .and_then(|t| Ok(t.to_string()?))
+                .unwrap_or_else(|e| format!("it answered a malformed message: {e}"))),
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! Cluster membership (docs/protocol.md §9) on real processes: a slave back
+//! without its data is not asked for what it lacks, is refilled from its
+//! partners, and a lost vector is `unavailable`, never answered without it.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use bitfold_rpc::client::{Client, Error, ErrorKind, Format};
+
+use crate::util::{Cluster, Oracle, assert_answer, stderr};
+
+fn load(cluster: &Cluster, seed: u64) -> Oracle {
+    Oracle::load(cluster, seed, 48, 200, 100_000)
+}
+
+fn assert_all(client: &Client, oracle: &Oracle) {
+    for vid in 0..48u64 {
+        assert_answer(client, &format!("P:{vid}"), &oracle.vectors[&vid]);
+    }
+    for terms in [&[(0, 47)][..], &[(0, 23), (12, 40)], &[(7, 7), (0, 9)]] {
+        assert_answer(client, &Oracle::range_query(terms), &oracle.range(terms));
+    }
+}
+
+/// Waits until slave `i` reports holding `vectors` vectors.
+fn wait_for_vectors(client: &Client, i: usize, vectors: u64) {
+    for _ in 0..1200 {
+        let status = client.status().unwrap();
+        if status[i].up && status[i].vectors == vectors {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!(
+        "slave {i} never held {vectors} vectors: {:?}",
+        client.status()
+    );
+}
+
+#[test]
+fn a_wiped_slave_is_routed_around_and_refilled_from_its_partners() {
+    let mut cluster = Cluster::start(4, 2);
+    let oracle = load(&cluster, 21);
+    let client = cluster.client();
+    let held = client.status().unwrap()[2].vectors;
+    assert!(held > 0);
+    cluster.kill_slave(2);
+    std::fs::remove_dir_all(cluster.slave_dir(2)).unwrap();
+    cluster
+        .restart_slave(2)
+        .expect("s2 restarts with an empty directory");
+    // Exact throughout: while s2 is refilled, its partners serve.
+    for _ in 0..5 {
+        assert_all(&client, &oracle);
+    }
+    wait_for_vectors(&client, 2, held);
+    // The copies really exist: with each partner of s2 down in turn, s2 serves.
+    for partner in [1, 3] {
+        cluster.kill_slave(partner);
+        assert_all(&client, &oracle);
+        cluster
+            .restart_slave(partner)
+            .expect("the partner restarts");
+        wait_for_vectors(&client, partner, client.status().unwrap()[partner].vectors);
+    }
+}
+
+#[test]
+fn with_one_replica_a_wiped_slave_s_vectors_are_unavailable_never_empty() {
+    let mut cluster = Cluster::start(3, 1);
+    let oracle = load(&cluster, 22);
+    let client = cluster.client();
+    cluster.kill_slave(0);
+    std::fs::remove_dir_all(cluster.slave_dir(0)).unwrap();
+    cluster
+        .restart_slave(0)
+        .expect("s0 restarts with an empty directory");
+    let mut lost = 0;
+    for _ in 0..3 {
+        for vid in 0..48u64 {
+            match client.query(&format!("P:{vid}"), Format::Roaring) {
+                Ok(bitfold_rpc::client::Answer::Roaring(bytes)) => {
+                    let got: BTreeSet<u32> = roaring::RoaringBitmap::deserialize_from(&bytes[..])
+                        .unwrap()
+                        .iter()
+                        .collect();
+                    assert_eq!(got, oracle.vectors[&vid], "P:{vid}");
+                }
+                Err(Error::Query {
+                    kind: ErrorKind::Unavailable,
+                    message,
+                    ..
+                }) => {
+                    assert!(message.contains("s0"), "{message}");
+                    lost += 1;
+                }
+                other => panic!("P:{vid}: {other:?}"),
+            }
+        }
+        match client.query("R:0-47", Format::Count) {
+            Err(Error::Query {
+                kind: ErrorKind::Unavailable,
+                ..
+            }) => {}
+            other => panic!("a range over lost vectors: {other:?}"),
+        }
+    }
+    assert!(lost > 0, "s0 owned some of the 48 vectors");
+    assert_eq!(
+        client.status().unwrap()[0].vectors,
+        0,
+        "nothing to refill from"
+    );
+}
+
+/// Vectors each slave should hold under `slaves` slaves with `replicas` copies.
+fn owned(oracle: &Oracle, slaves: usize, replicas: usize) -> Vec<u64> {
+    let placement = bitfold_rpc::placement::Placement {
+        slaves,
+        replicas,
+        group: 1,
+    };
+    let mut counts = vec![0; slaves];
+    for &vid in oracle.vectors.keys() {
+        for owner in placement.owners(vid) {
+            counts[owner] += 1;
+        }
+    }
+    counts
+}
+
+/// Waits until every slave is up and holds exactly what it owns.
+fn wait_until_placed(client: &Client, expected: &[u64]) {
+    for _ in 0..1200 {
+        let status = client.status().unwrap();
+        let held: Vec<u64> = status.iter().map(|s| s.vectors).collect();
+        if status.iter().all(|s| s.up) && held == expected {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("never placed as {expected:?}: {:?}", client.status());
+}
+
+/// With each slave down in turn, every answer is still exact: the copies
+/// exist. `held` is what each slave holds.
+fn assert_each_slave_can_fail(cluster: &mut Cluster, oracle: &Oracle, held: &[u64]) {
+    let client = cluster.client();
+    for (i, &vectors) in held.iter().enumerate() {
+        cluster.kill_slave(i);
+        assert_all(&client, oracle);
+        cluster.restart_slave(i).expect("the slave restarts");
+        wait_for_vectors(&client, i, vectors);
+    }
+}
+
+/// Rebalances step by step; between steps, queries answer exactly and
+/// imports and clears of other vectors are applied (and kept after the move).
+fn rebalance_under_load(cluster: &Cluster, oracle: &mut Oracle) {
+    let client = cluster.client();
+    let mut extra = 100u64;
+    loop {
+        let step = client.rebalance(8).expect("a rebalance step");
+        assert_all(&client, &trimmed(oracle));
+        let bits = [extra as u32, 7, 70_000];
+        client
+            .import(&[(
+                extra,
+                bitfold_engine::VectorBuf::from_bits(bits.to_vec()).as_part(),
+            )])
+            .unwrap();
+        oracle.add(extra, bits);
+        if extra > 100 {
+            let cleared = bitfold_engine::VectorBuf::from_bits(vec![7]);
+            assert_eq!(client.clear(&[(extra - 1, cleared.as_part())]).unwrap(), 1);
+            oracle.clear(extra - 1, [7]);
+        }
+        extra += 1;
+        if step.finished {
+            break;
+        }
+    }
+    for (&vid, bits) in oracle.vectors.range(100..) {
+        assert_answer(&client, &format!("P:{vid}"), bits);
+    }
+}
+
+/// The oracle's vectors 0..48, the ones `assert_all` checks.
+fn trimmed(oracle: &Oracle) -> Oracle {
+    Oracle {
+        vectors: oracle
+            .vectors
+            .range(..48)
+            .map(|(&v, b)| (v, b.clone()))
+            .collect(),
+    }
+}
+
+#[test]
+fn a_fifth_slave_is_added_and_vectors_move_onto_it_online() {
+    let mut cluster = Cluster::start(4, 2);
+    let mut oracle = load(&cluster, 23);
+    let client = cluster.client();
+    cluster.add_slave();
+    cluster.write_cluster_file(5, 2);
+    assert!(!client.placement().unwrap().moving);
+    rebalance_under_load(&cluster, &mut oracle);
+    let report = client.placement().unwrap();
+    assert_eq!(
+        (report.moving, report.misplaced, report.under_replicated),
+        (false, 0, 0)
+    );
+    let held = owned(&oracle, 5, 2);
+    wait_until_placed(&client, &held);
+    assert_each_slave_can_fail(&mut cluster, &trimmed(&oracle), &held);
+    // Restarted, the master places by the new layout.
+    cluster.restart_master();
+    wait_until_placed(&cluster.client(), &owned(&oracle, 5, 2));
+    assert_all(&cluster.client(), &trimmed(&oracle));
+}
+
+#[test]
+fn the_last_slave_is_removed_after_its_vectors_moved_off() {
+    let mut cluster = Cluster::start(4, 2);
+    let oracle = load(&cluster, 24);
+    cluster.write_cluster_file(3, 2);
+    let run = cluster.cli(&["rebalance"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(
+        crate::util::stdout(&run).starts_with("every vector is on its owners"),
+        "{}",
+        crate::util::stdout(&run)
+    );
+    cluster.kill_slave(3);
+    let client = cluster.client();
+    let held = owned(&oracle, 3, 2);
+    wait_until_placed(&client, &held);
+    assert_each_slave_can_fail(&mut cluster, &oracle, &held);
+    // Reordering is not an allowed edit: refused, nothing moved.
+    let before = client.status().unwrap();
+    std::fs::write(
+        cluster.dir().join("cluster.toml"),
+        format!(
+            "replicas = 2\ngroup = 1\n[[slaves]]\nname = \"s1\"\naddr = \"{}\"\n[[slaves]]\nname = \"s0\"\naddr = \"{}\"\n",
+            cluster.slave_addrs[1], cluster.slave_addrs[0]
+        ),
+    )
+    .unwrap();
+    let refused = cluster.cli(&["rebalance"]);
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("allowed edits"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(client.status().unwrap().len(), before.len());
+    assert_all(&client, &oracle);
+}
+
+#[test]
+fn raising_replicas_makes_every_vector_survive_one_failure() {
+    let mut cluster = Cluster::start(3, 1);
+    let oracle = load(&cluster, 25);
+    cluster.write_cluster_file(3, 2);
+    let run = cluster.cli(&["rebalance"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let client = cluster.client();
+    let held = owned(&oracle, 3, 2);
+    wait_until_placed(&client, &held);
+    assert_each_slave_can_fail(&mut cluster, &oracle, &held);
+}
+
+#[test]
+fn a_slave_replaced_by_a_new_machine_is_refilled() {
+    let mut cluster = Cluster::start(4, 2);
+    let oracle = load(&cluster, 26);
+    cluster.replace_slave(1);
+    cluster.write_cluster_file(4, 2);
+    let run = cluster.cli(&["rebalance"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let client = cluster.client();
+    assert_all(&client, &oracle);
+    let held = owned(&oracle, 4, 2);
+    wait_until_placed(&client, &held);
+    assert_each_slave_can_fail(&mut cluster, &oracle, &held);
+}
