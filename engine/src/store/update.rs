@@ -192,6 +192,9 @@ fn current(snapshot: &Snapshot, vid: u64) -> Option<VectorBuf> {
         return None;
     }
     let parts: Vec<VectorPart<'_>> = snapshot.parts(vid).collect();
+    if let [only] = parts[..] {
+        return Some(VectorBuf::from_part(only));
+    }
     let mut vector = VectorBuf::new();
     for piece in UnionPlan::new(&parts).run(&parts) {
         for (key, container) in piece.as_part().containers() {
@@ -219,15 +222,21 @@ fn difference(vector: VectorPart<'_>, minus: VectorPart<'_>) -> VectorBuf {
             push(&mut out, key, container);
             continue;
         };
-        match container {
-            ContainerRef::Dense(dense) => words.copy_from_slice(dense),
+        let dense = match container {
+            ContainerRef::Dense(dense) => dense,
             ContainerRef::Sparse(values) => {
-                words.fill(0);
-                for &low in values {
-                    words[usize::from(low) / 64] |= 1 << (low % 64);
-                }
+                // Filtering the values costs less than expanding them.
+                let kept: Vec<u16> = values
+                    .iter()
+                    .copied()
+                    .filter(|&low| !cleared.contains(low))
+                    .collect();
+                out.push_positions(key, &kept)
+                    .expect("containers are appended in ascending key order");
+                continue;
             }
-        }
+        };
+        words.copy_from_slice(dense);
         for low in cleared.positions() {
             words[usize::from(low) / 64] &= !(1 << (low % 64));
         }
