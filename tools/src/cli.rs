@@ -70,6 +70,9 @@ pub struct SlaveArgs {
     /// Directory holding this slave's vectors (created if missing).
     #[arg(long, value_name = "DIR")]
     pub data_dir: PathBuf,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics: Option<String>,
 }
 
 /// `bitfold master`.
@@ -103,6 +106,13 @@ pub struct MasterArgs {
     /// How often a slave that is down is probed, to be used again once it answers [default: 1s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub probe_interval: Option<Duration>,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics: Option<String>,
+    /// Log (at warn level) every query that takes at least this long, with
+    /// its plan: coordinator, each term's machines, time per attempt.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub slow: Option<Duration>,
 }
 
 /// `bitfold up`.

@@ -19,6 +19,7 @@ mod probe;
 mod recorded;
 mod reply;
 mod slaves;
+mod trace;
 
 pub use options::MasterOptions;
 pub use plan::{CoordinatorPolicy, PlanChoice};
@@ -32,10 +33,12 @@ use std::rc::Rc;
 use crate::bitfold_capnp::master;
 use crate::catalog::Catalog;
 use crate::client::ErrorKind;
+use crate::metrics::{self, MasterMetrics};
 use crate::net::{self, Pool};
 use crate::slave::handler::FailedMachine;
 use reply::{Failure, write_found};
 use slaves::SlaveState;
+use trace::Trace;
 
 /// Serves until the process is killed; calls `on_ready` with the bound
 /// address once it accepts connections (`listen` may say port 0).
@@ -70,13 +73,20 @@ pub fn run_until(
             slaves: RefCell::new(slaves),
             pool: Pool::default(),
             turn: Cell::new(0),
+            metrics: MasterMetrics::new(),
+            sent: net::Sent::default(),
         });
+        if let Some(listen) = &state.options.metrics {
+            let master = state.clone();
+            metrics::serve(listen, move || master.render_metrics()).await?;
+        }
+        let sent = state.sent.clone();
         state.probe_round().await;
         tokio::task::spawn_local(probe::probe_loop(state.clone()));
         let client: master::Client = capnp_rpc::new_client_from_rc(state);
         on_ready(addr);
         tokio::select! {
-            () = net::accept_loop(listener, client.client, net::Sent::default()) => {}
+            () = net::accept_loop(listener, client.client, sent) => {}
             () = stop => {}
         }
         Ok(())
@@ -91,6 +101,10 @@ struct Master {
     pool: Pool,
     /// Counts range queries, for round-robin coordinators.
     turn: Cell<usize>,
+    /// What it counts for `/metrics`.
+    metrics: MasterMetrics,
+    /// Bytes its DBMS connections have sent.
+    sent: net::Sent,
 }
 
 impl Master {
@@ -103,6 +117,8 @@ impl Master {
         let was_up = self.slaves.borrow_mut()[index].down(reason.to_owned());
         if was_up {
             tracing::warn!("slave {} is down: {reason}", self.slave_name(index));
+            self.metrics
+                .transition(&self.options.cluster.slaves[index].name, false);
         }
     }
 
@@ -116,6 +132,14 @@ impl Master {
         if let Some(index) = index {
             self.mark_down(index, &failed.reason);
         }
+    }
+
+    /// The `/metrics` page: what it counted, and each slave up or down now.
+    fn render_metrics(&self) -> String {
+        let slaves = self.slaves.borrow();
+        let names = self.options.cluster.slaves.iter().map(|s| s.name.as_str());
+        let up = slaves.iter().map(|s| s.up);
+        self.metrics.render(names.zip(up), self.sent.bytes())
     }
 
     fn live(&self) -> Vec<usize> {
@@ -153,8 +177,9 @@ impl master::Server for Master {
     ) -> Result<(), capnp::Error> {
         let params = params.get()?;
         let message = params.get_message()?.as_bytes();
+        let trace = Trace::new();
         let outcome = match params.get_format() {
-            Ok(format) => match self.answer(message, format).await {
+            Ok(format) => match self.answer(message, format, &trace).await {
                 Ok(found) => {
                     let out = results.get().init_result();
                     write_found(&found, format, out)
@@ -166,9 +191,13 @@ impl master::Server for Master {
                 "unknown result format: use words, roaring or count",
             )),
         };
-        if let Err(failure) = outcome {
+        if let Err(failure) = &outcome {
             failure.write(results.get().init_result().init_error());
         }
+        let answer_bytes = results.get().total_size().map_or(0, |s| s.word_count * 8);
+        let outcome = outcome.map(|_| ()).map_err(|failure| failure.kind);
+        let slow = self.options.slow;
+        trace.finish(&self.metrics, slow, message, outcome, answer_bytes);
         Ok(())
     }
 
@@ -177,11 +206,17 @@ impl master::Server for Master {
         params: master::ImportParams,
         mut results: master::ImportResults,
     ) -> Result<(), capnp::Error> {
-        let vectors = params.get()?.get_vectors()?;
+        let params = params.get()?;
+        let bytes = params.total_size()?.word_count * 8;
+        let vectors = params.get_vectors()?;
+        let count = vectors.len();
         let outcome = self.import_vectors(vectors).await;
         let mut out = results.get().init_outcome();
         match outcome {
-            Ok(()) => out.set_ok(()),
+            Ok(()) => {
+                self.metrics.imported(u64::from(count), bytes);
+                out.set_ok(());
+            }
             Err(failure) => failure.write(out.init_error()),
         }
         Ok(())
