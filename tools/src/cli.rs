@@ -130,6 +130,12 @@ pub struct UpArgs {
     /// The master's port; new slaves take the ports after it.
     #[arg(long, value_name = "PORT", default_value_t = 7100)]
     pub port: u16,
+    /// Serve the master's Prometheus metrics at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics: Option<String>,
+    /// Log (at warn level) every query that takes at least this long, with its plan.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub slow: Option<Duration>,
 }
 
 /// `bitfold demo`.
