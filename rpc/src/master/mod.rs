@@ -194,7 +194,7 @@ impl master::Server for Master {
         if let Err(failure) = &outcome {
             failure.write(results.get().init_result().init_error());
         }
-        let answer_bytes = results.get().total_size().map_or(0, |s| s.word_count * 8);
+        let answer_bytes = || results.get().total_size().map_or(0, |s| s.word_count * 8);
         let outcome = outcome.map(|_| ()).map_err(|failure| failure.kind);
         let slow = self.options.slow;
         trace.finish(&self.metrics, slow, message, outcome, answer_bytes);

@@ -55,14 +55,15 @@ impl Trace {
 
     /// Counts the query in `metrics` and, if it took at least `slow`, logs
     /// it: its text (cut to 200 bytes), kind, outcome, the bytes of the
-    /// answer, the total time and every attempt's plan.
+    /// answer (`answer_bytes` is asked only then), the total time and every
+    /// attempt's plan.
     pub(super) fn finish(
         &self,
         metrics: &MasterMetrics,
         slow: Option<Duration>,
         message: &[u8],
         outcome: Result<(), ErrorKind>,
-        answer_bytes: u64,
+        answer_bytes: impl FnOnce() -> u64,
     ) {
         self.end("cut off by the query timeout");
         let took = self.started.elapsed();
@@ -87,7 +88,7 @@ impl Trace {
             query = %String::from_utf8_lossy(shown),
             kind = kind.label(),
             outcome = outcome_label(outcome),
-            answer_bytes,
+            answer_bytes = answer_bytes(),
             took = %millis(took),
             plan = %plan,
             "slow query"
