@@ -9,4 +9,5 @@ mod bench;
 mod cli;
 mod cluster;
 mod failures;
+mod index;
 mod sample;

@@ -612,6 +612,30 @@ impl Bits {
     }
 }
 
+/// Calls `each(row, cells)` on every row of the CSV file at `path`, read
+/// as [`index_file`] reads it (header skipped, cells trimmed, blank lines
+/// skipped): a scan of the table, to check the index's answers against.
+/// Returns the number of rows.
+pub fn scan_file(path: &Path, mut each: impl FnMut(u64, &[&str])) -> Result<u64, IndexError> {
+    let file = File::open(path).map_err(|source| IndexError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut table = Table::open(file)?;
+    let names = table.header.clone();
+    table.each_row(Pass::Survey, &|_, _| {}, |line, row, record| {
+        let mut cells = Vec::with_capacity(record.len());
+        for (column, cell) in record.iter().enumerate() {
+            cells.push(std::str::from_utf8(cell).map_err(|_| IndexError::NotUtf8 {
+                line,
+                column: names[column].clone(),
+            })?);
+        }
+        each(row, &cells);
+        Ok(())
+    })
+}
+
 /// Where `bitfold index` puts the vector files of an index in `dir`.
 pub fn vectors_dir(dir: &Path) -> PathBuf {
     dir.join("vectors")
