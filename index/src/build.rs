@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::{self, File};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
@@ -113,12 +114,35 @@ pub fn index_table<R: Read>(
     let mut rng = SplitMix64(SEED);
     let rows = table.each_row(Pass::Survey, progress, |line, _, record| {
         for (column, survey) in surveys.iter_mut().enumerate() {
-            survey.see(&record[column], line, &names[column], options, &mut rng)?;
+            survey.see(
+                cell(record, column),
+                line,
+                &names[column],
+                options,
+                &mut rng,
+            )?;
         }
         Ok(())
     })?;
     if rows > 1 << 32 {
         return Err(IndexError::TooManyRows { rows });
+    }
+    let late: Vec<usize> = (0..surveys.len()).filter(|&c| surveys[c].late).collect();
+    if !late.is_empty() {
+        // Rare: a column of numbers with text further down. Gather its
+        // texts from the start.
+        for &column in &late {
+            surveys[column].texts = Some(HashSet::default());
+        }
+        Table::open(open()?)?.each_row(Pass::Survey, &|_, _| {}, |line, _, record| {
+            for &column in &late {
+                let cell = cell(record, column);
+                if !cell.is_empty() {
+                    surveys[column].see_text(cell, line, &names[column], options)?;
+                }
+            }
+            Ok(())
+        })?;
     }
 
     let mut columns = Vec::with_capacity(names.len());
@@ -155,7 +179,7 @@ pub fn index_table<R: Read>(
     let mut table = Table::open(open()?)?;
     let encoded = table.each_row(Pass::Encode, progress, |line, row, record| {
         for (column, encoder) in encoders.iter().enumerate() {
-            let cell = &record[column];
+            let cell = cell(record, column);
             if cell.is_empty() {
                 continue;
             }
@@ -237,14 +261,11 @@ struct Table<R> {
 
 impl<R: Read> Table<R> {
     fn open(input: R) -> Result<Table<R>, IndexError> {
-        let mut reader = csv::ReaderBuilder::new()
-            .flexible(true)
-            .trim(csv::Trim::All)
-            .from_reader(input);
+        let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(input);
         let header = reader
             .headers()
             .map_err(|source| IndexError::Csv { line: 1, source })?;
-        let header: Vec<String> = header.iter().map(str::to_string).collect();
+        let header: Vec<String> = header.iter().map(|name| name.trim().to_string()).collect();
         if header.iter().all(String::is_empty) {
             return Err(IndexError::NoHeader);
         }
@@ -295,7 +316,7 @@ impl<R: Read> Table<R> {
             self.line = record.position().map_or(self.line + 1, |p| p.line());
             if record.len() != self.header.len() {
                 // A blank line is no row.
-                if record.len() == 1 && record[0].is_empty() {
+                if record.len() == 1 && cell(&record, 0).is_empty() {
                     continue;
                 }
                 return Err(IndexError::Ragged {
@@ -318,20 +339,22 @@ impl<R: Read> Table<R> {
     }
 }
 
+/// Cell `i` of a record, without the spaces around it.
+fn cell(record: &csv::ByteRecord, i: usize) -> &[u8] {
+    record[i].trim_ascii()
+}
+
+/// Powers of ten that are exact in an `f64`.
+const EXACT_TENS: [f64; 16] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
+
 /// A cell read as a number: the value and whether it is an exact integer.
 fn parse_number(cell: &[u8]) -> Option<(f64, bool)> {
-    let digits = cell.strip_prefix(b"-").unwrap_or(cell);
-    if !digits.is_empty() && digits.len() <= 15 && digits.iter().all(u8::is_ascii_digit) {
-        let magnitude = digits
-            .iter()
-            .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
-        let value = if digits.len() < cell.len() {
-            -magnitude
-        } else {
-            magnitude
-        };
-        // `-0` is 0 (adding 0.0 also turns -0.0 into 0.0 below).
-        return Some((value as f64 + 0.0, true));
+    if let Some(value) = parse_short_decimal(cell) {
+        // Adding 0.0 turns -0.0 into 0.0: one value, one vector.
+        let value = value + 0.0;
+        return Some((value, value.fract() == 0.0));
     }
     let value: f64 = std::str::from_utf8(cell).ok()?.parse().ok()?;
     if !value.is_finite() || cell.iter().any(u8::is_ascii_alphabetic) && !is_exponent(cell) {
@@ -341,11 +364,64 @@ fn parse_number(cell: &[u8]) -> Option<(f64, bool)> {
     Some((value, value.fract() == 0.0 && value.abs() < 9.0e15))
 }
 
+/// The common case, read fast: `-?digits(.digits)?` with at most 15
+/// digits. The digits as an integer are exact in an `f64`, and so is the
+/// power of ten, so their quotient is the correctly rounded value, the same
+/// as `str::parse` gives.
+fn parse_short_decimal(cell: &[u8]) -> Option<f64> {
+    let (negative, rest) = match cell.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, cell),
+    };
+    let (whole, fraction) = match rest.iter().position(|&c| c == b'.') {
+        Some(dot) => (&rest[..dot], &rest[dot + 1..]),
+        None => (rest, &rest[rest.len()..]),
+    };
+    let digits = whole.len() + fraction.len();
+    if whole.is_empty() || digits > 15 || (fraction.is_empty() && whole.len() < rest.len()) {
+        return None;
+    }
+    let mut mantissa = 0u64;
+    for &c in whole.iter().chain(fraction) {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        mantissa = mantissa * 10 + u64::from(c - b'0');
+    }
+    let value = mantissa as f64 / EXACT_TENS[fraction.len()];
+    Some(if negative { -value } else { value })
+}
+
 /// `1e5`, `2.5E-3`: the only letters a number may hold.
 fn is_exponent(cell: &[u8]) -> bool {
     cell.iter()
         .filter(|c| c.is_ascii_alphabetic())
         .all(|&c| c == b'e' || c == b'E')
+}
+
+/// FNV-1a: the cells hashed on every row are short, where it is several
+/// times faster than the standard hasher. Collisions cost time only, and at
+/// most `--max-values` texts are ever held.
+type Fnv = BuildHasherDefault<FnvHasher>;
+
+struct FnvHasher(u64);
+
+impl Default for FnvHasher {
+    fn default() -> Self {
+        FnvHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for FnvHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// A number ordered totally, for the set of a column's distinct values.
@@ -379,9 +455,12 @@ struct Survey {
     /// Distinct numbers, until there are more than `--bins`.
     numbers: Option<BTreeSet<Ordered>>,
     /// Distinct texts, until there are more than `--max-values`.
-    texts: Option<HashSet<Box<[u8]>>>,
+    texts: Option<HashSet<Box<[u8]>, Fnv>>,
     /// Where the texts passed `--max-values`.
     overflow: Option<(u64, String)>,
+    /// The column turned out categorical after some numbers, whose texts
+    /// (kept only for categorical columns) need another look.
+    late: bool,
     /// A uniform sample of the numbers (quantile bins only).
     sample: Vec<f64>,
 }
@@ -397,8 +476,9 @@ impl Survey {
             max: f64::NEG_INFINITY,
             count: 0,
             numbers: Some(BTreeSet::new()),
-            texts: Some(HashSet::new()),
+            texts: Some(HashSet::default()),
             overflow: None,
+            late: false,
             sample: Vec::new(),
         }
     }
@@ -421,7 +501,10 @@ impl Survey {
         self.count += 1;
         if !self.is_text() {
             match parse_number(cell) {
-                Some((value, integer)) => self.see_number(value, integer, options, rng),
+                Some((value, integer)) => {
+                    self.see_number(value, integer, options, rng);
+                    return Ok(());
+                }
                 None if self.forced_numeric => {
                     return Err(IndexError::NotANumber {
                         line,
@@ -431,11 +514,24 @@ impl Survey {
                 }
                 None => {
                     self.first_text = Some((line, String::from_utf8_lossy(cell).into_owned()));
+                    // Numbers came first: their texts were not kept.
+                    self.late = self.count > 1;
                     self.numbers = None;
                     self.sample = Vec::new();
                 }
             }
         }
+        self.see_text(cell, line, name, options)
+    }
+
+    /// Keeps `cell` among the distinct texts, up to `--max-values`.
+    fn see_text(
+        &mut self,
+        cell: &[u8],
+        line: u64,
+        name: &str,
+        options: &Options,
+    ) -> Result<(), IndexError> {
         if let Some(texts) = &mut self.texts
             && !texts.contains(cell)
         {
@@ -523,7 +619,7 @@ impl Survey {
 
 /// How the second pass finds the vector of a cell (its index in the column).
 enum Encoder {
-    Texts(HashMap<Box<[u8]>, u32>),
+    Texts(HashMap<Box<[u8]>, u32, Fnv>),
     Values(Vec<f64>),
     Bins(Vec<Bin>),
 }
@@ -624,13 +720,16 @@ pub fn scan_file(path: &Path, mut each: impl FnMut(u64, &[&str])) -> Result<u64,
     let mut table = Table::open(file)?;
     let names = table.header.clone();
     table.each_row(Pass::Survey, &|_, _| {}, |line, row, record| {
-        let mut cells = Vec::with_capacity(record.len());
-        for (column, cell) in record.iter().enumerate() {
-            cells.push(std::str::from_utf8(cell).map_err(|_| IndexError::NotUtf8 {
-                line,
-                column: names[column].clone(),
-            })?);
-        }
+        let cells = names
+            .iter()
+            .enumerate()
+            .map(|(column, name)| {
+                std::str::from_utf8(cell(record, column)).map_err(|_| IndexError::NotUtf8 {
+                    line,
+                    column: name.clone(),
+                })
+            })
+            .collect::<Result<Vec<&str>, _>>()?;
         each(row, &cells);
         Ok(())
     })
@@ -657,6 +756,25 @@ mod tests {
             .find(|(v, _)| *v == vid)
             .map(|(_, v)| v.as_part().bits().collect())
             .unwrap_or_default()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn numbers_read_fast_are_the_numbers_str_parse_reads(
+            text in "-?[0-9]{1,12}(\\.[0-9]{0,8})?|-?\\.[0-9]{1,4}|[0-9]{1,3}[eE]-?[0-9]"
+        ) {
+            let expected: f64 = text.parse().unwrap();
+            let (value, integer) = parse_number(text.as_bytes()).unwrap();
+            proptest::prop_assert_eq!(value.to_bits(), (expected + 0.0).to_bits());
+            proptest::prop_assert_eq!(integer, expected.fract() == 0.0);
+        }
+    }
+
+    #[test]
+    fn cells_that_are_not_finite_numbers_are_text() {
+        for text in ["inf", "NaN", "-", ".", "1.2.3", "12a", "0x10", "1e999", ""] {
+            assert_eq!(parse_number(text.as_bytes()), None, "{text}");
+        }
     }
 
     #[test]
@@ -696,7 +814,13 @@ mod tests {
         let csv = "zip,n\n01234,1\n99999,x\n";
         let index = index_str(csv, &Options::default()).unwrap();
         assert!(index.map.columns[0].is_numeric());
-        assert!(!index.map.columns[1].is_numeric());
+        // Numbers, then a text: the numbers' texts are gathered again.
+        assert_eq!(
+            index.map.columns[1].encoding,
+            Encoding::Categorical(vec!["1".into(), "x".into()])
+        );
+        assert_eq!(bits(&index, 2), [0]);
+        assert_eq!(bits(&index, 3), [1]);
         let options = Options {
             categorical: vec!["zip".into()],
             ..Options::default()

@@ -226,6 +226,12 @@ pub struct SampleArgs {
     /// The CSV file to write.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
+    /// Rows to write (the defaults give `data/customers.csv`).
+    #[arg(long, value_name = "N", default_value_t = 80_000)]
+    pub rows: u64,
+    /// Seed of the generator: the same seed gives the same table.
+    #[arg(long, value_name = "SEED", default_value_t = 0x5eed_b17f_01d5_a3c1)]
+    pub seed: u64,
 }
 
 /// `bitfold index`.

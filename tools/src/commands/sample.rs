@@ -3,25 +3,25 @@
 //! `data/customers.csv` is its committed output and `data/sample` the
 //! committed `bitfold index` of that.
 
-use std::fmt::Write as _;
-use std::fs;
+use std::fs::File;
+use std::io::{BufWriter, Write};
 
 use anyhow::Context;
 use bitfold_engine::mix::SplitMix64;
 
 use crate::cli::SampleArgs;
 
-/// Rows (customers) in the table.
-const ROWS: u32 = 80_000;
-
-/// Seed of the generator: the table is the same on every machine.
-const SEED: u64 = 0x5eed_b17f_01d5_a3c1;
-
 /// Runs `bitfold sample`.
 pub fn run(args: SampleArgs) -> anyhow::Result<()> {
-    fs::write(&args.out, table())
-        .with_context(|| format!("cannot write {}", args.out.display()))?;
-    println!("wrote {ROWS} rows of customers to {}", args.out.display());
+    let cannot = || format!("cannot write {}", args.out.display());
+    let mut out = BufWriter::new(File::create(&args.out).with_context(cannot)?);
+    write_table(&mut out, args.rows, args.seed).with_context(cannot)?;
+    out.flush().with_context(cannot)?;
+    println!(
+        "wrote {} rows of customers to {}",
+        args.rows,
+        args.out.display()
+    );
     Ok(())
 }
 
@@ -64,12 +64,12 @@ const CATEGORIES: [&str; 10] = [
 ];
 const FIRST_SIGNUP_YEAR: u32 = 2016;
 
-/// The table as CSV text, header first.
-pub fn table() -> String {
-    let mut csv = String::from("age,region,last_purchase,income,signup_year,basket\n");
-    let mut rng = Rng(SplitMix64(SEED));
+/// Writes `rows` rows of the table drawn from `seed` as CSV, header first.
+fn write_table(out: &mut impl Write, rows: u64, seed: u64) -> std::io::Result<()> {
+    writeln!(out, "age,region,last_purchase,income,signup_year,basket")?;
+    let mut rng = Rng(SplitMix64(seed));
     let age_span = AGES.end() - AGES.start() + 1;
-    for _ in 0..ROWS {
+    for _ in 0..rows {
         // Ages bunch in the middle (the mean of two uniform draws).
         let age = AGES.start() + (rng.below(age_span) + rng.below(age_span)) / 2;
         let region = REGIONS[rng.weighted(&[30, 25, 20, 15, 10])];
@@ -84,8 +84,7 @@ pub fn table() -> String {
         };
         let year = FIRST_SIGNUP_YEAR + rng.weighted(&[4, 5, 6, 8, 10, 12, 13, 14, 14, 14]) as u32;
         let basket = 5.0 + f64::from(rng.below(20_000)) / 100.0;
-        writeln!(csv, "{age},{region},{category},{income},{year},{basket:.2}")
-            .expect("writing to a String works");
+        writeln!(out, "{age},{region},{category},{income},{year},{basket:.2}")?;
     }
-    csv
+    Ok(())
 }
