@@ -18,6 +18,6 @@ target/release/bitfold sample --rows "$rows" --seed 7 --out "$work/table.csv"
 ls -l "$work/table.csv" | awk '{ printf "table: %.0f MB\n", $5 / 1e6 }'
 for run in 1 2; do
     rm -rf "$work/index"
-    /usr/bin/time -f "run $run: %e s wall, %M KB peak memory" \
+    /usr/bin/time -f "run $run: %e s wall, %U s user CPU, %M KB peak memory" \
         target/release/bitfold index "$work/table.csv" --out "$work/index" "$@"
 done
