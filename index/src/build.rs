@@ -933,6 +933,60 @@ mod tests {
     }
 
     #[test]
+    fn a_blank_line_is_no_row_but_a_quoted_empty_cell_is() {
+        let index = index_str("a,b\n1,2\n\n 3 , 4 \n", &Options::default()).unwrap();
+        assert_eq!(index.map.rows, 2);
+        assert_eq!(bits(&index, 1), [1]);
+        let index = index_str("a\nx\n\"\"\nx\n", &Options::default()).unwrap();
+        assert_eq!(index.map.rows, 3);
+        assert_eq!(bits(&index, 0), [0, 2]);
+    }
+
+    #[test]
+    fn unreadable_or_shifting_tables_and_impossible_vids_are_refused() {
+        let missing = index_file(
+            Path::new("/nonexistent/t.csv"),
+            &Options::default(),
+            &|_, _| {},
+        );
+        let err = missing.unwrap_err().to_string();
+        assert_eq!(err, "cannot read the table /nonexistent/t.csv");
+
+        let header = index_table(
+            || Ok(io::Cursor::new(b"a,\xff\n1,2\n".to_vec())),
+            &Options::default(),
+            &|_, _| {},
+        );
+        assert_eq!(
+            header.unwrap_err().to_string(),
+            "line 1: cannot read the table"
+        );
+
+        // The second pass reads a value the first never saw.
+        let mut reads = 0;
+        let shifting = index_table(
+            || {
+                reads += 1;
+                let text = if reads == 1 { "a\nx\n" } else { "a\ny\n" };
+                Ok(io::Cursor::new(text.as_bytes()))
+            },
+            &Options::default(),
+            &|_, _| {},
+        );
+        assert_eq!(
+            shifting.unwrap_err().to_string(),
+            "line 2, column `a`: the table changed while it was being indexed; run again"
+        );
+
+        let options = Options {
+            first_vid: MAX_MAP_VID,
+            ..Options::default()
+        };
+        let err = index_str("a\nx\ny\n", &options).unwrap_err().to_string();
+        assert!(err.contains("use a smaller --first-vid"), "{err}");
+    }
+
+    #[test]
     fn an_index_is_written_as_a_map_and_roaring_files() {
         let dir = tempfile::tempdir().unwrap();
         let index = index_str("a,b\nx,1\ny,1\n", &Options::default()).unwrap();
