@@ -246,7 +246,7 @@ impl IndexMap {
             let spans = spans(column.first_vid, &picked);
             if spans.is_empty() {
                 notes.push(format!(
-                    "no value of `{}` meets {}: no row can match",
+                    "no value of `{}` meets `{}`: no row can match",
                     column.name,
                     texts.join(" AND ")
                 ));
