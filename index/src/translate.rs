@@ -139,8 +139,16 @@ impl Interval {
         above && below
     }
 
+    /// Holds no value (`BETWEEN 5 AND 1`, or `< 3` on integers from 3 up).
+    fn is_empty(&self) -> bool {
+        self.lo > self.hi || (self.lo == self.hi && !(self.lo_in && self.hi_in))
+    }
+
     /// How much of the bin `[lo, hi)`, taken as every real in it, lies inside.
     fn share(&self, bin: Bin) -> Share {
+        if self.is_empty() {
+            return Share::None;
+        }
         let starts_in = if self.lo_in {
             self.lo <= bin.lo
         } else {
@@ -447,6 +455,8 @@ mod tests {
             "age < 30 AND age >= 30",
             "blank = 'x'",
             "score BETWEEN 5 AND 1",
+            "age BETWEEN 35 AND 31",
+            "age BETWEEN 25.2 AND 25.7",
         ] {
             let t = map.translate(predicate, false).unwrap();
             assert_eq!(t.message(), None, "{predicate}");
