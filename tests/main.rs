@@ -9,5 +9,6 @@ mod bench;
 mod cli;
 mod cluster;
 mod failures;
+mod index;
 mod metrics;
 mod sample;

@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod import;
+mod index;
 mod local;
 mod query;
 mod sample;
@@ -21,6 +22,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(args),
         Command::Import(args) => import::run(args),
         Command::Query(args) => query::run(args),
+        Command::Index(args) => index::run(args),
         Command::Status(args) => status::run(args),
         Command::Sample(args) => sample::run(args),
         Command::Bench(args) => bench::run(args),
