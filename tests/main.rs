@@ -9,6 +9,8 @@ mod bench;
 mod cli;
 mod cluster;
 mod failures;
+mod index;
 mod membership;
+mod metrics;
 mod sample;
 mod updates;

@@ -33,6 +33,7 @@ pub mod client;
 pub mod cluster;
 pub mod local;
 pub mod master;
+mod metrics;
 mod net;
 pub mod placement;
 pub mod query;
@@ -51,6 +52,14 @@ pub enum Error {
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {cause} (is another server using that port?)")]
     Bind {
+        /// The address asked for.
+        addr: String,
+        /// The underlying error (part of the message, not a `source()`).
+        cause: std::io::Error,
+    },
+    /// The metrics address (`--metrics`) could not be bound.
+    #[error("cannot serve metrics on {addr}: {cause} (is another server using that port?)")]
+    MetricsBind {
         /// The address asked for.
         addr: String,
         /// The underlying error (part of the message, not a `source()`).

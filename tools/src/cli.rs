@@ -50,6 +50,16 @@ pub enum Command {
     Delete(DeleteArgs),
     /// Send one query to the master and print its answer.
     Query(QueryArgs),
+    /// Build the bitmap index of a CSV table: a vector per value or bin, and a map (index.toml).
+    ///
+    /// Row i of the table (after its header row) is bit i. A column whose
+    /// cells are all numbers is numeric: one vector per value when it has at
+    /// most --bins distinct values, else --bins bins. Any other column is
+    /// categorical: one vector per distinct value. The vectors of a column
+    /// are on consecutive vids in value order, the columns one after
+    /// another. Empty cells set no bit. Writes `DIR/index.toml` and
+    /// `DIR/vectors/<vid>.roaring`; with --master it also imports them.
+    Index(IndexArgs),
     /// Show each slave: up or down (and since when), vectors, bytes.
     Status(StatusArgs),
     /// Move every vector onto exactly its owners under the master's (edited) cluster file.
@@ -62,7 +72,7 @@ pub enum Command {
     /// every vector has `replicas` copies on its owners. Interrupted, run it again:
     /// it resumes. Removed slaves may be stopped once it has returned.
     Rebalance(RebalanceArgs),
-    /// Write the demo's sample bitmap index (deterministic) as roaring files.
+    /// Write the demo's `customers` table (deterministic) as a CSV file, for `bitfold index`.
     Sample(SampleArgs),
     /// Measure large range queries: load a data set, run a workload, report queries/s.
     ///
@@ -86,6 +96,9 @@ pub struct SlaveArgs {
     /// Directory holding this slave's vectors (created if missing).
     #[arg(long, value_name = "DIR")]
     pub data_dir: PathBuf,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics: Option<String>,
 }
 
 /// `bitfold master`.
@@ -119,6 +132,13 @@ pub struct MasterArgs {
     /// How often a slave that is down is probed, to be used again once it answers [default: 1s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub probe_interval: Option<Duration>,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics: Option<String>,
+    /// Log (at warn level) every query that takes at least this long, with
+    /// its plan: coordinator, each term's machines, time per attempt.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub slow: Option<Duration>,
 }
 
 /// `bitfold up`.
@@ -136,13 +156,19 @@ pub struct UpArgs {
     /// The master's port; new slaves take the ports after it.
     #[arg(long, value_name = "PORT", default_value_t = 7100)]
     pub port: u16,
+    /// Serve the master's Prometheus metrics at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics: Option<String>,
+    /// Log (at warn level) every query that takes at least this long, with its plan.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub slow: Option<Duration>,
 }
 
 /// `bitfold demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// The sample data set to load [default: the `data/sample` of this source tree].
-    #[arg(long, value_name = "DIR")]
+    /// The table the demo indexes and queries [default: `data/customers.csv` of this source tree].
+    #[arg(long, value_name = "FILE")]
     pub data: Option<PathBuf>,
 }
 
@@ -227,9 +253,25 @@ pub struct QueryArgs {
     /// File to write the answer to (required with `--output roaring`).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
-    /// The query: `P:vid` or `R:term&term...`, a term being `vid` or `vid-vid`.
-    #[arg(value_name = "QUERY", allow_hyphen_values = true)]
-    pub query: String,
+    /// The query: `P:vid` or `R:term&term...`, a term being spans `vid` or `vid-vid` joined by `,`.
+    #[arg(
+        value_name = "QUERY",
+        allow_hyphen_values = true,
+        required_unless_present = "predicate",
+        conflicts_with = "predicate"
+    )]
+    pub query: Option<String>,
+    /// The map of an index (`index.toml` written by `bitfold index`), to query with --where.
+    #[arg(long, value_name = "FILE", requires = "predicate")]
+    pub index: Option<PathBuf>,
+    /// A predicate on the indexed table instead of QUERY, e.g.
+    /// "age >= 30 AND region IN ('North', 'South')"; the R: message it
+    /// becomes is shown on stderr.
+    #[arg(long = "where", value_name = "PREDICATE", requires = "index")]
+    pub predicate: Option<String>,
+    /// With --where: a bound inside a bin takes the whole bin (the answer is then a superset).
+    #[arg(long, requires = "predicate")]
+    pub cover: bool,
 }
 
 /// `--output` of `bitfold query`.
@@ -256,9 +298,56 @@ pub struct StatusArgs {
 /// `bitfold sample`.
 #[derive(Debug, Args)]
 pub struct SampleArgs {
+    /// The CSV file to write.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Rows to write (the defaults give `data/customers.csv`).
+    #[arg(long, value_name = "N", default_value_t = 80_000)]
+    pub rows: u64,
+    /// Seed of the generator: the same seed gives the same table.
+    #[arg(long, value_name = "SEED", default_value_t = 0x5eed_b17f_01d5_a3c1)]
+    pub seed: u64,
+}
+
+/// `bitfold index`.
+#[derive(Debug, Args)]
+pub struct IndexArgs {
+    /// The table: CSV with a header row naming the columns.
+    #[arg(value_name = "TABLE.csv")]
+    pub table: PathBuf,
     /// Directory to write `index.toml` and `vectors/<vid>.roaring` into.
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
+    /// A numeric column with more distinct values than this gets this many bins.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub bins: u32,
+    /// How bins are cut.
+    #[arg(long, value_enum, default_value_t = BinningArg::EqualWidth)]
+    pub binning: BinningArg,
+    /// Most distinct values of a categorical column (one vector each); above, bin it first.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub max_values: usize,
+    /// Vid of the first column's first vector.
+    #[arg(long, value_name = "VID", default_value_t = 0)]
+    pub first_vid: u64,
+    /// A column that must be numeric (a cell that is not a number is an error); repeatable.
+    #[arg(long, value_name = "COLUMN")]
+    pub numeric: Vec<String>,
+    /// A column that is categorical even if its cells are numbers (codes, zip codes); repeatable.
+    #[arg(long, value_name = "COLUMN")]
+    pub categorical: Vec<String>,
+    /// Also import the vectors through this master.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub master: Option<String>,
+}
+
+/// `--binning` of `bitfold index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BinningArg {
+    /// Bins of equal width over the column's range.
+    EqualWidth,
+    /// Bins holding about as many rows each (cut at quantiles of a sample).
+    Quantile,
 }
 
 /// `bitfold bench`.

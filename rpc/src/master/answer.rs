@@ -16,11 +16,13 @@ use capnp::capability::Response;
 use super::Master;
 use super::plan::{self, Chain, Plan, PlanShape};
 use super::reply::{Failure, Found};
+use super::trace::{Trace, describe_chain};
 use crate::bitfold_capnp::{
     Format as WireFormat, PlanKind, Want, coordinate_result, fetch_result, slave,
 };
 use crate::budget::{Budget, hops, micros};
 use crate::client::ErrorKind;
+use crate::metrics::{QueryKind, plan_label};
 use crate::net;
 use crate::query::{self, Query};
 use crate::slave::handler::FailedMachine;
@@ -36,20 +38,26 @@ enum Attempt {
 }
 
 impl Master {
-    /// Answers `message` in `format`, or says why not.
+    /// Answers `message` in `format`, or says why not; records what it
+    /// did in `trace`.
     pub(super) async fn answer(
         &self,
         message: &[u8],
         format: WireFormat,
+        trace: &Trace,
     ) -> Result<Found, Failure> {
         let _in_flight = self.in_flight.enter();
         let query = query::parse(message, &self.options.limits)
             .map_err(|e| Failure::new(ErrorKind::BadQuery, e.to_string()))?;
+        trace.kind(match query {
+            Query::Point(_) => QueryKind::Point,
+            Query::Range(_) => QueryKind::Range,
+        });
         let budget = Budget::new(self.options.query_timeout);
         let count = format == WireFormat::Count;
         let work = async {
             match &query {
-                Query::Point(vid) => self.point(*vid, count, budget).await,
+                Query::Point(vid) => self.point(*vid, count, budget, trace).await,
                 Query::Range(terms) => {
                     // AND is idempotent and commutative: each distinct term
                     // once, its spans merged (OR is too).
@@ -59,7 +67,7 @@ impl Master {
                         .collect();
                     terms.sort_unstable_by(|a, b| a.spans.cmp(&b.spans));
                     terms.dedup();
-                    self.range(&terms, count, budget).await
+                    self.range(&terms, count, budget, trace).await
                 }
             }
         };
@@ -70,8 +78,14 @@ impl Master {
     }
 
     /// Makes up to `attempts` attempts within `budget`, each given at most
-    /// `rpc_timeout` of it, until one finds the answer or fails for good.
-    async fn with_retries<F, A>(&self, budget: Budget, mut attempt: F) -> Result<Found, Failure>
+    /// `rpc_timeout` of it, until one finds the answer or fails for good;
+    /// records how each attempt that called a slave ended in `trace`.
+    async fn with_retries<F, A>(
+        &self,
+        budget: Budget,
+        trace: &Trace,
+        mut attempt: F,
+    ) -> Result<Found, Failure>
     where
         F: FnMut(Budget) -> A,
         A: Future<Output = Result<Attempt, Failure>>,
@@ -80,10 +94,22 @@ impl Master {
         let mut tried = 0;
         while tried < self.options.attempts {
             tried += 1;
+            if tried > 1 {
+                self.metrics.retry();
+            }
             let time = Budget::new(budget.remaining().min(self.options.rpc_timeout));
-            match attempt(time).await? {
+            let attempted = attempt(time).await;
+            trace.end(&match &attempted {
+                Ok(Attempt::Found(_)) => "answered".to_owned(),
+                Ok(Attempt::Failed(machines)) => failed_names(machines),
+                Ok(Attempt::OutOfTime) | Err(_) => "no answer".to_owned(),
+            });
+            match attempted? {
                 Attempt::Found(found) => return Ok(found),
-                Attempt::Failed(machines) => failed.extend(machines),
+                Attempt::Failed(machines) => {
+                    self.metrics.failed_machines(machines.len());
+                    failed.extend(machines);
+                }
                 Attempt::OutOfTime => break,
             }
         }
@@ -95,12 +121,21 @@ impl Master {
         terms: &[query::Term],
         count: bool,
         budget: Budget,
+        trace: &Trace,
     ) -> Result<Found, Failure> {
-        self.with_retries(budget, |time| self.range_attempt(terms, count, time))
-            .await
+        self.with_retries(budget, trace, |time| {
+            self.range_attempt(terms, count, time, trace)
+        })
+        .await
     }
 
-    async fn point(&self, vid: u64, count: bool, budget: Budget) -> Result<Found, Failure> {
+    async fn point(
+        &self,
+        vid: u64,
+        count: bool,
+        budget: Budget,
+        trace: &Trace,
+    ) -> Result<Found, Failure> {
         if !self.catalog.borrow().contains(vid) {
             return Err(Failure::new(
                 ErrorKind::NotFound,
@@ -108,8 +143,10 @@ impl Master {
             ));
         }
         let owners = self.layout().read_owners(vid);
-        self.with_retries(budget, |time| self.point_attempt(vid, &owners, count, time))
-            .await
+        self.with_retries(budget, trace, |time| {
+            self.point_attempt(vid, &owners, count, time, trace)
+        })
+        .await
     }
 
     /// Plans the terms over the live slaves and asks a coordinator for the answer.
@@ -118,6 +155,7 @@ impl Master {
         terms: &[query::Term],
         count: bool,
         budget: Budget,
+        trace: &Trace,
     ) -> Result<Attempt, Failure> {
         let layout = self.layout();
         let slaves = layout.slaves().len();
@@ -164,9 +202,12 @@ impl Master {
                 .max()
                 .unwrap_or(0),
         };
+        let machines = |c: &Chain| hops(c.iter().map(|&(machine, _)| machine));
+        self.metrics.planned(kind, chains.iter().map(machines));
         let Some(time) = budget.call(levels) else {
             return Ok(Attempt::OutOfTime);
         };
+        trace.begin(self.describe_plan(coordinator, kind, &chains));
         let addr = &layout.slaves()[coordinator].addr;
         let answer = self
             .pool
@@ -215,6 +256,7 @@ impl Master {
         owners: &[usize],
         count: bool,
         budget: Budget,
+        trace: &Trace,
     ) -> Result<Attempt, Failure> {
         let owner = owners.iter().copied().find(|&o| self.serves(o, vid));
         let Some(owner) = owner else {
@@ -223,6 +265,7 @@ impl Master {
         let Some(time) = budget.call(0) else {
             return Ok(Attempt::OutOfTime);
         };
+        trace.begin(format!("fetch from {}", self.slave_name(owner)));
         let layout = self.layout();
         let addr = &layout.slaves()[owner].addr;
         let answer = self
@@ -245,6 +288,24 @@ impl Master {
             Err(reason) => reason,
         };
         Ok(Attempt::Failed(vec![self.machine_failed(owner, reason)]))
+    }
+
+    /// An attempt's plan for the slow-query log: the coordinator, how it
+    /// gathers, and each term's chain of machines.
+    fn describe_plan(&self, coordinator: usize, kind: PlanKind, chains: &[Chain]) -> String {
+        let layout = self.layout();
+        let name = |i: usize| layout.slaves()[i].name.clone();
+        let terms: Vec<String> = chains
+            .iter()
+            .enumerate()
+            .map(|(i, chain)| format!("term {}: {}", i + 1, describe_chain(chain, name)))
+            .collect();
+        format!(
+            "coordinator {}, plan {}, {}",
+            self.slave_name(coordinator),
+            plan_label(kind),
+            terms.join(", ")
+        )
     }
 
     /// Marks slave `index` down for `reason` and names it as failed.
@@ -321,6 +382,15 @@ fn write_chains(
             node.set_vid(vid);
         }
     }
+}
+
+/// How an attempt whose `machines` failed ended, for the slow-query log.
+fn failed_names(machines: &[FailedMachine]) -> String {
+    let names: Vec<String> = machines
+        .iter()
+        .map(|f| format!("{} ({})", f.name, f.reason))
+        .collect();
+    format!("failed: {}", names.join("; "))
 }
 
 fn coordinator_failures(

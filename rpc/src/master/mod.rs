@@ -26,6 +26,7 @@ mod recorded;
 mod refill;
 mod reply;
 mod slaves;
+mod trace;
 mod update;
 
 pub use options::MasterOptions;
@@ -41,6 +42,7 @@ use std::rc::Rc;
 use crate::bitfold_capnp::{master, update_outcome};
 use crate::catalog::Catalog;
 use crate::client::ErrorKind;
+use crate::metrics::{self, MasterMetrics};
 use crate::net::{self, Pool};
 use crate::slave::handler::FailedMachine;
 use in_flight::InFlight;
@@ -48,6 +50,7 @@ use journal::Journal;
 use layout::Layout;
 use reply::{Failure, write_found};
 use slaves::SlaveState;
+use trace::Trace;
 
 /// Serves until the process is killed; calls `on_ready` with the bound
 /// address once it accepts connections (`listen` may say port 0).
@@ -96,18 +99,25 @@ pub fn run_until(
             lacking: RefCell::new(vec![BTreeSet::new(); options_slaves]),
             layout: RefCell::new(Rc::new(layout)),
             move_next: Cell::new(move_next),
+            metrics: MasterMetrics::new(),
+            sent: net::Sent::default(),
         });
         state
             .recover_deletes()
             .await
             .map_err(crate::Error::Config)?;
+        if let Some(listen) = &state.options.metrics {
+            let master = state.clone();
+            metrics::serve(listen, move || master.render_metrics()).await?;
+        }
+        let sent = state.sent.clone();
         state.probe_round().await;
         tokio::task::spawn_local(probe::probe_loop(state.clone()));
         tokio::task::spawn_local(refill::refill_loop(state.clone()));
         let client: master::Client = capnp_rpc::new_client_from_rc(state);
         on_ready(addr);
         tokio::select! {
-            () = net::accept_loop(listener, client.client, net::Sent::default()) => {}
+            () = net::accept_loop(listener, client.client, sent) => {}
             () = stop => {}
         }
         Ok(())
@@ -134,6 +144,10 @@ struct Master {
     move_next: Cell<u64>,
     /// Per slave, the vids it owns but does not hold (`refill`).
     lacking: RefCell<Vec<BTreeSet<u64>>>,
+    /// What it counts for `/metrics`.
+    metrics: MasterMetrics,
+    /// Bytes its DBMS connections have sent.
+    sent: net::Sent,
 }
 
 impl Master {
@@ -152,19 +166,29 @@ impl Master {
         let was_up = self.slaves.borrow_mut()[index].down(reason.to_owned());
         if was_up {
             tracing::warn!("slave {} is down: {reason}", self.slave_name(index));
+            self.metrics
+                .transition(&self.layout().slaves()[index].name, false);
         }
     }
 
     fn mark_failed(&self, failed: &FailedMachine) {
         let index = self
-            .options
-            .cluster
-            .slaves
+            .layout()
+            .slaves()
             .iter()
             .position(|s| s.name == failed.name);
         if let Some(index) = index {
             self.mark_down(index, &failed.reason);
         }
+    }
+
+    /// The `/metrics` page: what it counted, and each slave up or down now.
+    fn render_metrics(&self) -> String {
+        let slaves = self.slaves.borrow();
+        let layout = self.layout();
+        let names = layout.slaves().iter().map(|s| s.name.as_str());
+        let up = slaves.iter().map(|s| s.up);
+        self.metrics.render(names.zip(up), self.sent.bytes())
     }
 
     fn live(&self) -> Vec<usize> {
@@ -209,8 +233,9 @@ impl master::Server for Master {
     ) -> Result<(), capnp::Error> {
         let params = params.get()?;
         let message = params.get_message()?.as_bytes();
+        let trace = Trace::new();
         let outcome = match params.get_format() {
-            Ok(format) => match self.answer(message, format).await {
+            Ok(format) => match self.answer(message, format, &trace).await {
                 Ok(found) => {
                     let out = results.get().init_result();
                     write_found(&found, format, out)
@@ -222,9 +247,13 @@ impl master::Server for Master {
                 "unknown result format: use words, roaring or count",
             )),
         };
-        if let Err(failure) = outcome {
+        if let Err(failure) = &outcome {
             failure.write(results.get().init_result().init_error());
         }
+        let answer_bytes = || results.get().total_size().map_or(0, |s| s.word_count * 8);
+        let outcome = outcome.map(|_| ()).map_err(|failure| failure.kind);
+        let slow = self.options.slow;
+        trace.finish(&self.metrics, slow, message, outcome, answer_bytes);
         Ok(())
     }
 
@@ -233,11 +262,17 @@ impl master::Server for Master {
         params: master::ImportParams,
         mut results: master::ImportResults,
     ) -> Result<(), capnp::Error> {
-        let vectors = params.get()?.get_vectors()?;
+        let params = params.get()?;
+        let bytes = params.total_size()?.word_count * 8;
+        let vectors = params.get_vectors()?;
+        let count = vectors.len();
         let outcome = self.import_vectors(vectors).await;
         let mut out = results.get().init_outcome();
         match outcome {
-            Ok(()) => out.set_ok(()),
+            Ok(()) => {
+                self.metrics.imported(u64::from(count), bytes);
+                out.set_ok(());
+            }
             Err(failure) => failure.write(out.init_error()),
         }
         Ok(())
@@ -258,6 +293,8 @@ impl master::Server for Master {
         mut results: master::ClearResults,
     ) -> Result<(), capnp::Error> {
         let outcome = self.clear_vectors(params.get()?.get_vectors()?).await;
+        self.metrics
+            .updated("clear", outcome.as_ref().map(|&n| n).map_err(|f| f.kind));
         write_update_outcome(results.get().init_outcome(), outcome);
         Ok(())
     }
@@ -302,6 +339,8 @@ impl master::Server for Master {
         mut results: master::DeleteResults,
     ) -> Result<(), capnp::Error> {
         let outcome = self.delete_spans(params.get()?.get_spans()?).await;
+        self.metrics
+            .updated("delete", outcome.as_ref().map(|&n| n).map_err(|f| f.kind));
         write_update_outcome(results.get().init_outcome(), outcome);
         Ok(())
     }

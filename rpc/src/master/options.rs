@@ -42,6 +42,11 @@ pub struct MasterOptions {
     /// The most existing vectors the terms of one query may hold in all
     /// (default 2^24: the chains of a query travel in one message).
     pub max_query_vectors: usize,
+    /// Where to serve Prometheus metrics at `/metrics`, `HOST:PORT` (none by default).
+    pub metrics: Option<String>,
+    /// A query taking at least this long is logged once with its plan
+    /// (none by default).
+    pub slow: Option<Duration>,
 }
 
 impl MasterOptions {
@@ -65,6 +70,8 @@ impl MasterOptions {
             import_timeout: Duration::from_secs(30),
             limits: Limits::default(),
             max_query_vectors: 1 << 24,
+            metrics: None,
+            slow: None,
         }
     }
 

@@ -72,6 +72,8 @@ impl Master {
         }
         if self.slaves.borrow_mut()[index].come_up() {
             tracing::info!("slave {} is up", self.slave_name(index));
+            self.metrics
+                .transition(&self.layout().slaves()[index].name, true);
         }
     }
 

@@ -16,15 +16,17 @@ use std::cell::Cell;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bitfold_engine::fold::UnionPlan;
-use bitfold_engine::store::{Snapshot, Store, StoreError, Update};
+use bitfold_engine::store::{ImportStats, Snapshot, Store, StoreError, Update};
 use bitfold_engine::{ContainerRef, VectorBuf, VectorPart};
 
 use crate::bitfold_capnp::{Want, change, slave, vid_vector};
 use crate::budget::{self, Budget};
+use crate::metrics::{self, SlaveMetrics};
 use crate::net::{self, Pool};
 use crate::wire;
 
@@ -38,6 +40,8 @@ pub struct SlaveOptions {
     /// The longest budget a call may ask for; longer ones are cut to it, so
     /// a bogus budget cannot make a handler wait forever (default 60 s).
     pub max_budget: Duration,
+    /// Where to serve Prometheus metrics at `/metrics`, `HOST:PORT` (none by default).
+    pub metrics: Option<String>,
 }
 
 impl SlaveOptions {
@@ -47,6 +51,7 @@ impl SlaveOptions {
             listen: listen.into(),
             data_dir: data_dir.into(),
             max_budget: Duration::from_secs(60),
+            metrics: None,
         }
     }
 }
@@ -79,14 +84,19 @@ pub fn serve_store(
         let listener = net::bind(&options.listen).await?;
         let addr = net::local_addr(&listener)?;
         let sent = net::Sent::default();
-        let slave = Slave {
+        let slave = Rc::new(Slave {
             store,
             pool: Pool::counting(sent.clone()),
             max_budget: options.max_budget,
             read: Cell::new(0),
             sent: sent.clone(),
-        };
-        let client: slave::Client = capnp_rpc::new_client(slave);
+            metrics: SlaveMetrics::new(),
+        });
+        if let Some(listen) = &options.metrics {
+            let slave = slave.clone();
+            metrics::serve(listen, move || slave.render_metrics()).await?;
+        }
+        let client: slave::Client = capnp_rpc::new_client_from_rc(slave);
         on_ready(addr);
         tokio::select! {
             () = net::accept_loop(listener, client.client, sent) => {}
@@ -105,6 +115,8 @@ pub(crate) struct Slave {
     read: Cell<u64>,
     /// Bytes it has sent to other processes.
     sent: net::Sent,
+    /// What it counts for `/metrics`.
+    metrics: SlaveMetrics,
 }
 
 impl slave::Server for Slave {
@@ -113,6 +125,7 @@ impl slave::Server for Slave {
         params: slave::HandleParams,
         results: slave::HandleResults,
     ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        self.metrics.request("handle");
         handler::handle(self, params, results)
     }
 
@@ -121,6 +134,7 @@ impl slave::Server for Slave {
         params: slave::CoordinateParams,
         results: slave::CoordinateResults,
     ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        self.metrics.request("coordinate");
         coordinator::coordinate(self, params, results)
     }
 
@@ -129,6 +143,7 @@ impl slave::Server for Slave {
         params: slave::GatherParams,
         results: slave::GatherResults,
     ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        self.metrics.request("gather");
         std::future::ready(fan_out::gather(&self, params, results))
     }
 
@@ -137,6 +152,7 @@ impl slave::Server for Slave {
         params: slave::FetchParams,
         mut results: slave::FetchResults,
     ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        self.metrics.request("fetch");
         let answer = (|| -> capnp::Result<()> {
             let params = params.get()?;
             let snapshot = self.store.snapshot();
@@ -165,6 +181,7 @@ impl slave::Server for Slave {
         params: slave::ImportParams,
         mut results: slave::ImportResults,
     ) -> Result<(), capnp::Error> {
+        self.metrics.request("import");
         // The store fsyncs: do it on a blocking thread, so that this slave
         // keeps serving handler chains meanwhile. The vectors are copied
         // out of the request for that (a copy is cheap next to an fsync).
@@ -177,7 +194,8 @@ impl slave::Server for Slave {
             .map_err(wire::failed)??;
         let outcome = results.get().init_outcome();
         match stored {
-            Ok(()) => {
+            Ok(stats) => {
+                self.metrics.imported(&stats);
                 let mut outcome = outcome;
                 outcome.set_ok(());
             }
@@ -195,6 +213,7 @@ impl slave::Server for Slave {
         params: slave::UpdateParams,
         mut results: slave::UpdateResults,
     ) -> Result<(), capnp::Error> {
+        self.metrics.request("update");
         // As for an import: the store fsyncs, on a blocking thread.
         let mut batch = capnp::message::Builder::new_default();
         batch.set_root(params.get()?.get_changes()?)?;
@@ -219,6 +238,7 @@ impl slave::Server for Slave {
         _: slave::HealthParams,
         mut results: slave::HealthResults,
     ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        self.metrics.request("health");
         let snapshot = self.store.snapshot();
         let mut answer = results.get();
         answer.set_vectors(snapshot.vector_count());
@@ -233,6 +253,7 @@ impl slave::Server for Slave {
         _: slave::CatalogParams,
         mut results: slave::CatalogResults,
     ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        self.metrics.request("catalog");
         let snapshot = self.store.snapshot();
         let vids: Vec<u64> = snapshot.vids().collect();
         let answer = u32::try_from(vids.len() * 8)
@@ -268,6 +289,12 @@ impl Slave {
         Ok(())
     }
 
+    /// The `/metrics` page: what it counted, and its store as it is now.
+    fn render_metrics(&self) -> String {
+        self.metrics
+            .render(self.read.get(), self.sent.bytes(), &self.store.snapshot())
+    }
+
     /// The budget of a call that arrived at `arrived` asking for `micros`,
     /// cut to [`SlaveOptions::max_budget`].
     pub(crate) fn budget(&self, arrived: std::time::Instant, micros: u64) -> Budget {
@@ -279,7 +306,7 @@ impl Slave {
 fn import_batch(
     store: &Store,
     message: &capnp::message::Builder<capnp::message::HeapAllocator>,
-) -> capnp::Result<Result<(), StoreError>> {
+) -> capnp::Result<Result<ImportStats, StoreError>> {
     let vectors: capnp::struct_list::Reader<'_, vid_vector::Owned> =
         message.get_root_as_reader()?;
     let mut wire_parts = Vec::new();
@@ -293,7 +320,7 @@ fn import_batch(
     for (vid, part) in &wire_parts {
         batch.push((*vid, part.view().map_err(wire::failed)?));
     }
-    Ok(store.import(&batch).map(|_| ()))
+    Ok(store.import(&batch))
 }
 
 /// Validates the changes of an update message and applies them, in order,

@@ -1,21 +1,22 @@
-//! `bitfold demo`: a throwaway local cluster on free ports, the sample
-//! bitmap index loaded through it, the example questions asked and checked
-//! against a computation done locally from the same files.
+//! `bitfold demo`: the sample `customers` table indexed with `bitfold
+//! index`, a throwaway local cluster on free ports loaded with the index,
+//! and example predicates shown next to the `R:` messages they become, each
+//! answer checked against a scan of the table itself.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use bitfold_engine::VectorBuf;
 use bitfold_engine::import::{self, Format, ReadError};
+use bitfold_index::{IndexMap, Options, Predicate, index_file, scan_file, vectors_dir};
 use bitfold_rpc::client::Client;
 use bitfold_rpc::local::{LocalCluster, loopback};
-use bitfold_rpc::query::{self, Query};
 
 use super::import::{Action, Destination, import_paths};
+use super::index::describe;
 use super::query::count;
-use super::sample::{Index, vectors_dir};
 use crate::cli::DemoArgs;
 
 /// Slaves in the demo cluster.
@@ -23,84 +24,156 @@ const SLAVES: usize = 4;
 /// Copies of every vector in the demo cluster.
 const REPLICAS: usize = 2;
 
+/// The demo's questions: in words, as a predicate, and whether bounds
+/// inside bins may take the whole bin (`--cover`).
+const EXAMPLES: [(&str, &str, bool); 7] = [
+    ("customers in the North", "region = 'North'", false),
+    ("customers aged 30 to 39", "age BETWEEN 30 AND 39", false),
+    (
+        "customers aged 30 to 39 in the North or the East",
+        "age BETWEEN 30 AND 39 AND region IN ('North', 'East')",
+        false,
+    ),
+    (
+        "customers under 30 who signed up in 2020 or later and last bought Electronics",
+        "age < 30 AND signup_year >= 2020 AND last_purchase = 'Electronics'",
+        false,
+    ),
+    (
+        "customers who last bought Books or Toys and signed up 2018 to 2020",
+        "last_purchase IN ('Books', 'Toys') AND signup_year BETWEEN 2018 AND 2020",
+        false,
+    ),
+    ("customers from Atlantis", "region = 'Atlantis'", false),
+    (
+        "customers in the South earning 60,000 or more (income is binned, so --cover)",
+        "income >= 60000 AND region = 'South'",
+        true,
+    ),
+];
+
 /// Runs `bitfold demo`.
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
-    let sample = args.data.unwrap_or_else(default_sample_dir);
-    let index = Index::load(&sample)
-        .with_context(|| "the demo needs the sample data: pass --data DIR (see data/README.md)")?;
+    let table = args.data.unwrap_or_else(default_table);
     let dir = tempfile::tempdir().context("cannot create a temporary directory for the demo")?;
+    let index = index_file(&table, &Options::default(), &|_, _| {}).with_context(
+        || "the demo indexes the sample table: pass --data FILE (see data/README.md)",
+    )?;
+    let index_dir = dir.path().join("index");
+    let vectors = index.write(&index_dir)?;
+    let map = index.map;
+    println!(
+        "Indexed {} with `bitfold index`: {} rows, {vectors} vectors.",
+        shown_path(&table).display(),
+        map.rows
+    );
+    for column in &map.columns {
+        println!("  {:<14} {}", column.name, describe(column));
+    }
+    println!();
+
     let local = LocalCluster::start(
         dir.path(),
         loopback(SLAVES, REPLICAS),
         "127.0.0.1:0",
         |_| {},
     )?;
-    println!(
-        "Started a local cluster: a master on {} and {SLAVES} slaves, {REPLICAS} copies of every vector.",
-        local.master_addr()
-    );
-
     let client = Client::connect(&local.master_addr().to_string())?;
-    let vectors = vectors_dir(&sample);
     let imported = import_paths(
-        std::slice::from_ref(&vectors),
+        &[vectors_dir(&index_dir)],
         Format::Roaring,
         &Destination::Master(client),
         Action::Set,
     )?;
     println!(
-        "Loaded the sample bitmap index of a `{}` table ({} rows): {} vectors, {} set bits.\n",
-        index.table, index.rows, imported.vectors, imported.bits
+        "Started a local cluster (a master on {} and {SLAVES} slaves, {REPLICAS} copies of every vector) \
+         and imported the index: {} vectors, {} set bits.\n",
+        local.master_addr(),
+        imported.vectors,
+        imported.bits
     );
-    for attribute in &index.attributes {
-        let last = attribute.first_vid + attribute.values.len() as u64 - 1;
-        println!(
-            "  {:<14} vids {}-{}: {} .. {}",
-            attribute.name,
-            attribute.first_vid,
-            last,
-            attribute.values.first().map_or("", String::as_str),
-            attribute.values.last().map_or("", String::as_str),
-        );
-    }
-    println!();
 
     let client = Client::connect(&local.master_addr().to_string())?;
-    let oracle = bit_sets(&read_vectors(&vectors)?);
-    for example in &index.examples {
-        let answer = count(&client, &example.query)?;
-        let expected = oracle_count(&oracle, &example.query)?;
-        if answer != expected {
-            bail!(
-                "the cluster answered {answer} for {} but the local computation gives {expected}",
-                example.query
+    for (question, predicate, cover) in EXAMPLES {
+        let translation = map.translate(predicate, cover)?;
+        let expected = scan(&table, &map, predicate)?;
+        println!("{}:", capitalise(question));
+        println!("  {predicate}");
+        let Some(message) = translation.message() else {
+            if expected != 0 {
+                bail!("the index says no row can match {predicate}, but {expected} rows do");
+            }
+            println!("  ->  no row can match, nothing to send  (same as computed locally)\n");
+            continue;
+        };
+        let answer = count(&client, &message)?;
+        if translation.superset {
+            if answer < expected {
+                bail!(
+                    "the cluster answered {answer} for {message}, fewer than the {expected} rows of {predicate}"
+                );
+            }
+            println!(
+                "  ->  {message}  ->  {answer} rows, a superset of the {expected} that match \
+                 (the bins on the edge are taken whole)\n"
+            );
+        } else {
+            if answer != expected {
+                bail!(
+                    "the cluster answered {answer} for {message} but a scan of the table gives {expected}"
+                );
+            }
+            println!(
+                "  ->  {message}  ->  {answer} of {} rows  (same as computed locally)\n",
+                map.rows
             );
         }
-        println!("{}:", capitalise(&example.question));
-        println!(
-            "  {}  ->  {answer} of {} rows  (same as computed locally)\n",
-            example.query, index.rows
-        );
     }
 
     println!("Mistakes get a clear error and the cluster keeps answering:");
+    for predicate in ["age < 35", "regoin = 'North'"] {
+        match map.translate(predicate, false) {
+            Ok(t) => bail!(
+                "{predicate} translated to {:?}; it should have failed",
+                t.message()
+            ),
+            Err(err) => println!("  {predicate}  ->  error: {err}"),
+        }
+    }
     for bad in ["R:130-", "P:999"] {
         match client.query(bad, bitfold_rpc::client::Format::Count) {
             Ok(_) => bail!("the master answered the query {bad}, which should have failed"),
-            Err(err) => println!("  {bad:<8} ->  error: {err}"),
+            Err(err) => println!("  {bad}  ->  error: {err}"),
         }
     }
     println!(
         "\nTry it yourself: `bitfold up` in one terminal, then in another\n  \
-         bitfold import {}\n  bitfold query 'R:130-139&200'\n  bitfold status",
-        shown_path(&vectors).display()
+         bitfold index {} --out customers --master 127.0.0.1:7100\n  \
+         bitfold query --index customers/index.toml --where \"age BETWEEN 30 AND 39 AND region = 'North'\"\n  \
+         bitfold status",
+        shown_path(&table).display()
     );
     Ok(())
 }
 
-/// `data/sample` of the source tree this binary was built from.
-fn default_sample_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/sample")
+/// The rows of the table that meet `predicate`, by reading every row.
+fn scan(table: &Path, map: &IndexMap, predicate: &str) -> anyhow::Result<u64> {
+    let predicate = Predicate::parse(predicate)?;
+    let mut matched = 0;
+    let mut failed = None;
+    scan_file(table, |_, cells| match map.matches(&predicate, cells) {
+        Ok(meets) => matched += u64::from(meets),
+        Err(err) => failed = Some(err),
+    })?;
+    match failed {
+        Some(err) => Err(err.into()),
+        None => Ok(matched),
+    }
+}
+
+/// `data/customers.csv` of the source tree this binary was built from.
+fn default_table() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/customers.csv")
 }
 
 /// `path` made absolute and then relative to the working directory where possible.
@@ -137,47 +210,6 @@ pub fn read_vectors(dir: &Path) -> anyhow::Result<BTreeMap<u64, VectorBuf>> {
         ReadError::Sink(never) => match never {},
     })?;
     Ok(vectors)
-}
-
-/// Each vector's set bits, as plain sets: the demo's oracle.
-fn bit_sets(vectors: &BTreeMap<u64, VectorBuf>) -> BTreeMap<u64, BTreeSet<u32>> {
-    vectors
-        .iter()
-        .map(|(vid, vector)| (*vid, vector.as_part().bits().collect()))
-        .collect()
-}
-
-/// The answer's count, computed here from plain sets of bits rather than
-/// with the engine's folds that the cluster demonstrates.
-fn oracle_count(vectors: &BTreeMap<u64, BTreeSet<u32>>, message: &str) -> anyhow::Result<u64> {
-    let terms: Vec<Vec<(u64, u64)>> =
-        match query::parse(message.as_bytes(), &query::Limits::default())? {
-            Query::Point(vid) => vec![vec![(vid, vid)]],
-            Query::Range(terms) => terms
-                .iter()
-                .map(|t| t.spans.iter().map(|s| (s.first, s.last)).collect())
-                .collect(),
-        };
-    // Each term's rows (those of every vector in one of its spans), then
-    // the rows in every term.
-    let unions: Vec<BTreeSet<u32>> = terms
-        .iter()
-        .map(|spans| {
-            spans
-                .iter()
-                .flat_map(|&(first, last)| vectors.range(first..=last))
-                .flat_map(|(_, bits)| bits)
-                .copied()
-                .collect()
-        })
-        .collect();
-    let Some((first, rest)) = unions.split_first() else {
-        return Ok(0);
-    };
-    let rows = first
-        .iter()
-        .filter(|row| rest.iter().all(|u| u.contains(row)));
-    Ok(rows.count() as u64)
 }
 
 fn capitalise(text: &str) -> String {

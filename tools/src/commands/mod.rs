@@ -4,6 +4,7 @@ mod bench;
 mod delete;
 mod demo;
 mod import;
+mod index;
 mod local;
 mod query;
 mod rebalance;
@@ -24,6 +25,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Import(args) => import::run(args),
         Command::Delete(args) => delete::run(args),
         Command::Query(args) => query::run(args),
+        Command::Index(args) => index::run(args),
         Command::Status(args) => status::run(args),
         Command::Rebalance(args) => rebalance::run(args),
         Command::Sample(args) => sample::run(args),

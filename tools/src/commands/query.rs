@@ -1,10 +1,13 @@
-//! `bitfold query`: one query, printed the way `--output` asks.
+//! `bitfold query`: one query, printed the way `--output` asks; the query
+//! is given as a message, or as a predicate translated through an index map.
 
 use std::fs;
 use std::io::{self, BufWriter, Write};
+use std::path::Path;
 
 use anyhow::{Context, bail};
 use bitfold_engine::{VectorBuf, portable};
+use bitfold_index::IndexMap;
 use bitfold_rpc::client::{self, Answer, Client, ErrorKind, Format};
 
 use crate::cli::{Output, QueryArgs};
@@ -17,28 +20,84 @@ pub fn run(args: QueryArgs) -> anyhow::Result<()> {
     if args.output == Output::Roaring && args.out.is_none() {
         bail!("--output roaring writes a binary file: say where with --out FILE");
     }
-    let client = Client::connect(&args.master)?;
+    let message = match (&args.query, &args.index, &args.predicate) {
+        (Some(query), _, _) => Some(query.clone()),
+        (None, Some(index), Some(predicate)) => translate(index, predicate, args.cover)?,
+        _ => bail!("give a QUERY, or --index FILE with --where PREDICATE"),
+    };
     let stdout = io::stdout().lock();
     let mut out = BufWriter::new(stdout);
+    let Some(query) = message else {
+        empty_answer(&args, &mut out)?;
+        return Ok(out.flush()?);
+    };
+    let client = Client::connect(&args.master)?;
     match args.output {
         Output::Count => {
-            writeln!(out, "{}", count(&client, &args.query)?)?;
+            writeln!(out, "{}", count(&client, &query)?)?;
         }
         Output::Bits => {
-            for bit in fetch(&client, &args.query)?.as_part().bits() {
+            for bit in fetch(&client, &query)?.as_part().bits() {
                 writeln!(out, "{bit}")?;
             }
         }
         Output::Roaring => {
-            let path = args.out.as_ref().expect("checked above");
-            let bytes = fetch_roaring(&client, &args.query)?;
-            fs::write(path, &bytes)
-                .with_context(|| format!("cannot write the answer to {}", path.display()))?;
+            let bytes = fetch_roaring(&client, &query)?;
+            write_answer(&args, &bytes)?;
         }
-        Output::Summary => summary(&client, &args.query, &mut out)?,
+        Output::Summary => summary(&client, &query, &mut out)?,
     }
     out.flush()?;
     Ok(())
+}
+
+/// The predicate as an `R:` message through the map (shown on stderr with
+/// any notes), or `None` when no row can match. A bad predicate is a bad
+/// query (exit code 3).
+fn translate(index: &Path, predicate: &str, cover: bool) -> anyhow::Result<Option<String>> {
+    let map = IndexMap::load(index)?;
+    let translation = map
+        .translate(predicate, cover)
+        .map_err(|err| client::Error::Query {
+            kind: ErrorKind::BadQuery,
+            message: err.to_string(),
+            failed_machines: Vec::new(),
+        })?;
+    for note in &translation.notes {
+        eprintln!("note: {note}");
+    }
+    let message = translation.message();
+    if let Some(message) = &message {
+        let superset = if translation.superset {
+            "  (a superset of the rows that match)"
+        } else {
+            ""
+        };
+        eprintln!("query: {message}{superset}");
+    }
+    Ok(message)
+}
+
+/// The answer of a predicate no row can match, in the form asked for.
+fn empty_answer(args: &QueryArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    match args.output {
+        Output::Count => writeln!(out, "0")?,
+        Output::Bits => {}
+        Output::Roaring => {
+            let empty = VectorBuf::new();
+            let part = [empty.as_part()];
+            let mut bytes = vec![0u8; portable::serialized_size(&part)];
+            portable::write(&part, &mut bytes);
+            write_answer(args, &bytes)?;
+        }
+        Output::Summary => writeln!(out, "no row can match: 0 bits set")?,
+    }
+    Ok(())
+}
+
+fn write_answer(args: &QueryArgs, bytes: &[u8]) -> anyhow::Result<()> {
+    let path = args.out.as_ref().expect("checked on entry");
+    fs::write(path, bytes).with_context(|| format!("cannot write the answer to {}", path.display()))
 }
 
 /// The number of set bits of the answer.

@@ -11,7 +11,8 @@ use crate::cli::{MasterArgs, SlaveArgs};
 
 /// Serves a slave; prints `slave listening on ADDR` once it accepts calls.
 pub fn slave(args: SlaveArgs) -> anyhow::Result<()> {
-    let options = SlaveOptions::new(args.listen, args.data_dir);
+    let mut options = SlaveOptions::new(args.listen, args.data_dir);
+    options.metrics = args.metrics;
     slave::run(options, |addr| println!("slave listening on {addr}"))?;
     Ok(())
 }
@@ -30,6 +31,8 @@ pub fn master(args: MasterArgs) -> anyhow::Result<()> {
     options.attempts = args.attempts.unwrap_or(options.attempts);
     options.query_timeout = args.query_timeout.unwrap_or(options.query_timeout);
     options.probe_interval = args.probe_interval.unwrap_or(options.probe_interval);
+    options.metrics = args.metrics;
+    options.slow = args.slow;
     master::run(options, |addr| println!("master listening on {addr}"))
         .with_context(|| format!("the master for {} stopped", args.cluster.display()))?;
     Ok(())

@@ -32,7 +32,10 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         &args.dir,
         cluster,
         &format!("127.0.0.1:{}", args.port),
-        |_| {},
+        |options| {
+            options.metrics = args.metrics.clone();
+            options.slow = args.slow;
+        },
     )?;
     let cluster = local.cluster().clone();
 
@@ -47,6 +50,9 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         println!("slave {} listening on {}", slave.name, slave.addr);
     }
     println!("master listening on {}", local.master_addr());
+    if let Some(metrics) = &args.metrics {
+        println!("master metrics at http://{metrics}/metrics");
+    }
     println!("press Ctrl-C to stop");
 
     loop {

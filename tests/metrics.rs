@@ -1,0 +1,259 @@
+//! `--metrics` and `--slow` on real processes: the counters scraped over
+//! HTTP move by exactly the queries run, per kind and outcome; the slaves'
+//! byte and store counters grow; the master's slaves-up gauge follows a
+//! killed slave; a slow query is logged with its coordinator and machines.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+
+use bitfold_engine::VectorBuf;
+use bitfold_rpc::client::{Answer, Client, ErrorKind, Format};
+use bitfold_rpc::cluster::ClusterConfig;
+
+use crate::util::Server;
+
+/// Vectors imported: vids `0..VECTORS`, vector `v` has bits `v..v + 200`.
+const VECTORS: u64 = 24;
+
+/// A loopback address nothing listens on right now.
+fn free_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("a bound address").to_string()
+}
+
+/// The body of `GET /metrics` at `addr`.
+fn scrape(addr: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .expect("the request is sent");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .expect("the response is read");
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
+    assert!(head.starts_with("HTTP/1.0 200 OK"), "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    body.to_owned()
+}
+
+/// The value of the sample named exactly `sample` (with its labels), 0 if absent.
+fn value(page: &str, sample: &str) -> f64 {
+    page.lines()
+        .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' '))
+        .map_or(0.0, |v| v.parse().expect("a sample value is a number"))
+}
+
+/// The sum over `pages` of the sample `sample`.
+fn total(pages: &[String], sample: &str) -> f64 {
+    pages.iter().map(|page| value(page, sample)).sum()
+}
+
+/// Slaves (each with `--metrics`) and a master with `master_args`, in `dir`.
+struct Watched {
+    slaves: Vec<Option<Server>>,
+    slave_metrics: Vec<String>,
+    master: Server,
+    cluster: ClusterConfig,
+}
+
+impl Watched {
+    fn start(dir: &Path, slaves: usize, master_args: &[&str]) -> Watched {
+        let mut servers = Vec::new();
+        let mut slave_metrics = Vec::new();
+        let mut toml = String::from("replicas = 1\ngroup = 1\n");
+        for i in 0..slaves {
+            let metrics = free_addr();
+            let args = [
+                "slave",
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                &dir.join(format!("s{i}")).display().to_string(),
+                "--metrics",
+                &metrics,
+            ]
+            .map(String::from);
+            let server = Server::start("slave", &args).expect("a slave starts");
+            toml.push_str(&format!(
+                "[[slaves]]\nname = \"s{i}\"\naddr = \"{}\"\n",
+                server.addr
+            ));
+            servers.push(Some(server));
+            slave_metrics.push(metrics);
+        }
+        let file = dir.join("cluster.toml");
+        std::fs::write(&file, toml).expect("the cluster file is written");
+        let mut args: Vec<String> = [
+            "master",
+            "--listen",
+            "127.0.0.1:0",
+            "--cluster",
+            &file.display().to_string(),
+            "--data-dir",
+            &dir.join("master-data").display().to_string(),
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend(master_args.iter().map(|s| s.to_string()));
+        let master = Server::start("master", &args).expect("the master starts");
+        let cluster = ClusterConfig::load(&file).expect("the cluster file loads");
+        Watched {
+            slaves: servers,
+            slave_metrics,
+            master,
+            cluster,
+        }
+    }
+
+    fn client(&self) -> Client {
+        let client = Client::connect(&self.master.addr).expect("the master accepts a client");
+        let vectors: Vec<VectorBuf> = (0..VECTORS)
+            .map(|v| VectorBuf::from_bits((v as u32..v as u32 + 200).collect()))
+            .collect();
+        let batch: Vec<_> = (0..VECTORS)
+            .zip(vectors.iter().map(|v| v.as_part()))
+            .collect();
+        client.import(&batch).expect("the import succeeds");
+        client
+    }
+
+    fn slave_pages(&self) -> Vec<String> {
+        self.slave_metrics.iter().map(|addr| scrape(addr)).collect()
+    }
+
+    /// The name of the slave that holds `vid`.
+    fn owner(&self, vid: u64) -> String {
+        let owner = self.cluster.placement().owners(vid)[0];
+        self.cluster.slaves[owner].name.clone()
+    }
+}
+
+fn count(client: &Client, query: &str) -> Result<u64, ErrorKind> {
+    match client.query(query, Format::Count) {
+        Ok(Answer::Count(n)) => Ok(n),
+        Ok(other) => panic!("{query}: a count was asked, got {other:?}"),
+        Err(err) => Err(err.kind().unwrap_or_else(|| panic!("{query}: {err}"))),
+    }
+}
+
+#[test]
+fn counters_move_by_exactly_the_queries_run() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let master_metrics = free_addr();
+    let mut cluster = Watched::start(dir.path(), 3, &["--metrics", &master_metrics]);
+    let client = cluster.client();
+
+    let imported = total(
+        &cluster.slave_pages(),
+        "bitfold_slave_imported_vectors_total",
+    );
+    assert_eq!(imported, VECTORS as f64, "every vector stored once");
+    let stored = total(&cluster.slave_pages(), "bitfold_slave_store_vectors");
+    assert_eq!(stored, VECTORS as f64);
+    let master_before = scrape(&master_metrics);
+    let slaves_before = cluster.slave_pages();
+    assert_eq!(
+        value(&master_before, "bitfold_master_imported_vectors_total"),
+        VECTORS as f64
+    );
+
+    for query in ["R:0-3&2-9", "R:5&5-6", "R:1-20&0-1&1"] {
+        assert!(count(&client, query).expect(query) > 0, "{query}");
+    }
+    for query in ["P:3", "P:17"] {
+        assert_eq!(count(&client, query), Ok(200), "{query}");
+    }
+    assert_eq!(count(&client, "R:3-&4"), Err(ErrorKind::BadQuery));
+    assert_eq!(count(&client, "P:999"), Err(ErrorKind::NotFound));
+
+    let master_after = scrape(&master_metrics);
+    let moved = |sample: &str| value(&master_after, sample) - value(&master_before, sample);
+    let queries = r#"bitfold_master_queries_total{kind="#;
+    assert_eq!(moved(&format!(r#"{queries}"range",outcome="ok"}}"#)), 3.0);
+    assert_eq!(moved(&format!(r#"{queries}"point",outcome="ok"}}"#)), 2.0);
+    assert_eq!(
+        moved(&format!(r#"{queries}"unparsed",outcome="badQuery"}}"#)),
+        1.0
+    );
+    assert_eq!(
+        moved(&format!(r#"{queries}"point",outcome="notFound"}}"#)),
+        1.0
+    );
+    let latencies = r#"bitfold_master_query_duration_seconds_count{kind="range"}"#;
+    assert_eq!(moved(latencies), 3.0, "{master_after}");
+    assert_eq!(moved("bitfold_master_retries_total"), 0.0);
+    assert!(moved("bitfold_master_sent_bytes_total") > 0.0);
+    let plans = moved(r#"bitfold_master_plans_total{plan="chain"}"#)
+        + moved(r#"bitfold_master_plans_total{plan="fanOut"}"#);
+    assert_eq!(plans, 3.0, "one plan per range query: {master_after}");
+
+    let slaves_after = cluster.slave_pages();
+    let grew = |sample: &str| total(&slaves_after, sample) - total(&slaves_before, sample);
+    assert_eq!(
+        grew(r#"bitfold_slave_requests_total{method="coordinate"}"#),
+        3.0
+    );
+    assert_eq!(grew(r#"bitfold_slave_requests_total{method="fetch"}"#), 2.0);
+    assert!(grew("bitfold_slave_read_bytes_total") > 0.0);
+    assert!(grew("bitfold_slave_sent_bytes_total") > 0.0);
+    for i in 0..3 {
+        assert_eq!(
+            value(
+                &master_after,
+                &format!(r#"bitfold_master_slave_up{{slave="s{i}"}}"#)
+            ),
+            1.0,
+            "{master_after}"
+        );
+    }
+
+    if let Some(mut slave) = cluster.slaves[2].take() {
+        slave.kill();
+    }
+    // Status asks every slave, so the master sees the dead one now.
+    let status = client.status().expect("status answers");
+    assert!(!status[2].up, "{status:?}");
+    let master_down = scrape(&master_metrics);
+    assert_eq!(
+        value(&master_down, r#"bitfold_master_slave_up{slave="s2"}"#),
+        0.0
+    );
+    assert_eq!(
+        value(&master_down, r#"bitfold_master_slave_up{slave="s0"}"#),
+        1.0
+    );
+    let went_down = r#"bitfold_master_slave_transitions_total{slave="s2",to="down"}"#;
+    assert_eq!(value(&master_down, went_down), 1.0, "{master_down}");
+}
+
+#[test]
+fn a_slow_query_is_logged_with_its_coordinator_and_machines() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let cluster = Watched::start(dir.path(), 2, &["--slow", "0ms", "--plan", "chain"]);
+    let client = cluster.client();
+    assert!(count(&client, "R:0-3&5").expect("the query is answered") > 0);
+
+    let log = cluster.master.log();
+    let line = log
+        .lines()
+        .find(|line| line.contains("slow query") && line.contains("R:0-3&5"))
+        .unwrap_or_else(|| panic!("no slow-query line: {log}"));
+    assert!(line.contains("coordinator s"), "{line}");
+    assert!(line.contains("plan chain"), "{line}");
+    assert!(line.contains("outcome=\"ok\""), "{line}");
+    let (first, second) = line
+        .split_once("term 1: ")
+        .and_then(|(_, rest)| rest.split_once(", term 2: "))
+        .unwrap_or_else(|| panic!("two terms: {line}"));
+    for vid in 0..4 {
+        assert!(first.contains(&cluster.owner(vid)), "vid {vid}: {line}");
+    }
+    assert!(
+        second.contains(&format!("{} (1 vid)", cluster.owner(5))),
+        "{line}"
+    );
+}
