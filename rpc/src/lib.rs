@@ -31,6 +31,8 @@ mod budget;
 pub mod catalog;
 pub mod client;
 pub mod cluster;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod local;
 pub mod master;
 mod net;

@@ -252,12 +252,18 @@ impl Slave {
 }
 
 /// Validates the vectors of an import message and stores them durably.
-fn import_batch(
+pub(crate) fn import_batch(
     store: &Store,
     message: &capnp::message::Builder<capnp::message::HeapAllocator>,
 ) -> capnp::Result<Result<(), StoreError>> {
     let vectors: capnp::struct_list::Reader<'_, vid_vector::Owned> =
         message.get_root_as_reader()?;
+    wire::at_most(vectors.len(), wire::MAX_IMPORT_VECTORS, "vectors to import")?;
+    let mut parts = 0u32;
+    for vector in vectors.iter() {
+        parts = parts.saturating_add(vector.get_parts()?.len());
+    }
+    wire::at_most(parts, wire::MAX_IMPORT_PARTS, "parts of vectors to import")?;
     let mut wire_parts = Vec::new();
     for vector in vectors.iter() {
         let vid = vector.get_vid();
