@@ -41,7 +41,7 @@ pub mod query;
 pub mod slave;
 mod wire;
 
-pub use net::MAX_MESSAGE_WORDS;
+pub use net::{MAX_CONNECTIONS_PER_PEER, MAX_MESSAGE_WORDS};
 
 /// Why a master or slave could not start or stopped serving.
 ///
