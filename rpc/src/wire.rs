@@ -337,6 +337,27 @@ mod tests {
     }
 
     #[test]
+    fn a_vector_of_too_many_parts_is_refused_before_it_is_read() {
+        let list_of = |parts: u32| {
+            let mut message = capnp::message::Builder::new_default();
+            message.initn_root::<capnp::struct_list::Builder<part::Owned>>(parts);
+            message
+        };
+        let most = list_of(MAX_PARTS);
+        let parts = read_parts(most.get_root_as_reader().unwrap()).unwrap();
+        assert_eq!(parts.len(), MAX_PARTS as usize);
+        let over = list_of(MAX_PARTS + 1);
+        let err = read_parts(over.get_root_as_reader().unwrap())
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .contains("131073 parts of a vector in one message, more than the 131072"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn unaligned_fields_are_copied() {
         let values: Vec<u8> = (0..9u8).collect();
         let unaligned: Cow<'_, [u16]> = cast(&values[1..], "sparseValues").unwrap();

@@ -292,3 +292,39 @@ fn count_union(plan: &UnionPlan, inputs: &[VectorPart<'_>]) -> u64 {
         })
         .sum()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An import message of `count` vectors, vid `i` holding bit `i`.
+    fn vectors(count: u32) -> capnp::message::Builder<capnp::message::HeapAllocator> {
+        let mut message = capnp::message::Builder::new_default();
+        let mut list = message.initn_root::<capnp::struct_list::Builder<vid_vector::Owned>>(count);
+        for i in 0..count {
+            let mut vector = list.reborrow().get(i);
+            vector.set_vid(u64::from(i));
+            let bit = bitfold_engine::VectorBuf::from_bits(vec![i]);
+            wire::write_part(vector.init_parts(1).get(0), &bit.as_part());
+        }
+        message
+    }
+
+    #[test]
+    fn an_import_over_its_bounds_is_refused_whole_and_the_next_is_stored() {
+        let store = Store::in_memory();
+        let err = import_batch(&store, &vectors(wire::MAX_IMPORT_VECTORS + 1)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("262145 vectors to import in one message"),
+            "{err}"
+        );
+        assert_eq!(
+            store.snapshot().vector_count(),
+            0,
+            "nothing of it is stored"
+        );
+        import_batch(&store, &vectors(3)).unwrap().unwrap();
+        assert_eq!(store.snapshot().vids().collect::<Vec<_>>(), [0, 1, 2]);
+    }
+}
