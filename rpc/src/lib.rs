@@ -31,6 +31,8 @@ mod budget;
 pub mod catalog;
 pub mod client;
 pub mod cluster;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod local;
 pub mod master;
 mod metrics;
@@ -40,7 +42,7 @@ pub mod query;
 pub mod slave;
 mod wire;
 
-pub use net::MAX_MESSAGE_WORDS;
+pub use net::{MAX_CONNECTIONS_PER_PEER, MAX_MESSAGE_WORDS};
 
 /// Why a master or slave could not start or stopped serving.
 ///

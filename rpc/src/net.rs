@@ -10,7 +10,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -106,18 +106,64 @@ impl<W: futures::AsyncWrite + Unpin> futures::AsyncWrite for Counted<W> {
     }
 }
 
+/// The most connections one peer (one IP address) may hold open to a
+/// server at once. A connection over it is served a capability whose every
+/// call fails with an error saying so; one over twice it is closed at once.
+pub const MAX_CONNECTIONS_PER_PEER: usize = 256;
+
 /// Serves `bootstrap` to every connection accepted on `listener`, forever,
-/// counting what they send in `sent`.
+/// counting what they send in `sent`; at most [`MAX_CONNECTIONS_PER_PEER`]
+/// connections of one peer are served at a time.
 pub(crate) async fn accept_loop(
     listener: TcpListener,
     bootstrap: capnp::capability::Client,
     sent: Sent,
 ) {
+    accept_at_most(listener, bootstrap, sent, MAX_CONNECTIONS_PER_PEER).await;
+}
+
+/// [`accept_loop`] with `most` connections per peer.
+async fn accept_at_most(
+    listener: TcpListener,
+    bootstrap: capnp::capability::Client,
+    sent: Sent,
+    most: usize,
+) {
+    let open: Rc<RefCell<HashMap<IpAddr, usize>>> = Rc::default();
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                tracing::debug!(%peer, "accepted a connection");
-                start(stream, bootstrap.clone(), sent.clone());
+                let held = open.borrow().get(&peer.ip()).copied().unwrap_or(0);
+                if held >= 2 * most {
+                    tracing::warn!(%peer, "closed a connection: the peer holds {held} already");
+                    continue;
+                }
+                let served = if held >= most {
+                    tracing::warn!(%peer, "refused a connection: the peer holds {held} already");
+                    capnp_rpc::new_broken_cap(capnp::Error::failed(format!(
+                        "too many connections from {}: a peer may hold at most {most} at once                          (close some, or reuse one)",
+                        peer.ip()
+                    )))
+                } else {
+                    tracing::debug!(%peer, "accepted a connection");
+                    bootstrap.clone()
+                };
+                *open.borrow_mut().entry(peer.ip()).or_default() += 1;
+                let system =
+                    RpcSystem::new(network(stream, Side::Server, sent.clone()), Some(served));
+                let open = open.clone();
+                tokio::task::spawn_local(async move {
+                    if let Err(err) = system.await {
+                        tracing::debug!("connection ended: {err}");
+                    }
+                    let mut open = open.borrow_mut();
+                    if let Some(count) = open.get_mut(&peer.ip()) {
+                        *count -= 1;
+                        if *count == 0 {
+                            open.remove(&peer.ip());
+                        }
+                    }
+                });
             }
             Err(err) => {
                 // Out of file descriptors and the like: wait and go on.
@@ -155,12 +201,6 @@ fn spawn_system(system: RpcSystem<Side>, closed: Rc<Cell<bool>>) -> JoinHandle<(
         }
         closed.set(true);
     })
-}
-
-/// Serves `bootstrap` on an accepted connection until it ends.
-fn start(stream: TcpStream, bootstrap: capnp::capability::Client, sent: Sent) {
-    let system = RpcSystem::new(network(stream, Side::Server, sent), Some(bootstrap));
-    spawn_system(system, Rc::default());
 }
 
 /// A connection to a server and its bootstrap capability; dropping it
@@ -312,4 +352,44 @@ pub(crate) fn seconds(duration: Duration) -> String {
 /// The address a listener is bound to, for `on_ready`.
 pub(crate) fn local_addr(listener: &TcpListener) -> Result<SocketAddr, crate::Error> {
     listener.local_addr().map_err(crate::Error::Io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the server of `connection` answers a call with.
+    async fn answer(connection: &Connection<slave::Client>) -> String {
+        match connection.client.health_request().send().promise.await {
+            Ok(_) => "a health report".to_owned(),
+            Err(err) => err.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_peer_over_its_connection_bound_is_told_so_and_the_others_are_served() {
+        block_on_local(async {
+            let listener = bind("127.0.0.1:0").await.unwrap();
+            let addr = local_addr(&listener).unwrap().to_string();
+            let served = capnp_rpc::new_broken_cap(capnp::Error::failed("served".to_owned()));
+            tokio::task::spawn_local(accept_at_most(listener, served, Sent::default(), 2));
+            let connect = || connect::<slave::Client>(&addr, Sent::default());
+            let first = connect().await.unwrap();
+            let second = connect().await.unwrap();
+            assert!(answer(&first).await.contains("served"));
+            assert!(answer(&second).await.contains("served"));
+            let third = connect().await.unwrap();
+            let refused = answer(&third).await;
+            assert!(
+                refused.contains("too many connections from 127.0.0.1")
+                    && refused.contains("at most 2"),
+                "{refused}"
+            );
+            assert!(
+                answer(&first).await.contains("served"),
+                "the others are still served"
+            );
+        })
+        .unwrap();
+    }
 }
