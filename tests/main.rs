@@ -11,3 +11,4 @@ mod cluster;
 mod failures;
 mod metrics;
 mod sample;
+mod tls;

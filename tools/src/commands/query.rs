@@ -17,7 +17,7 @@ pub fn run(args: QueryArgs) -> anyhow::Result<()> {
     if args.output == Output::Roaring && args.out.is_none() {
         bail!("--output roaring writes a binary file: say where with --out FILE");
     }
-    let client = Client::connect(&args.master)?;
+    let client = super::connect(&args.master, args.tls.as_deref())?;
     let stdout = io::stdout().lock();
     let mut out = BufWriter::new(stdout);
     match args.output {
