@@ -42,6 +42,14 @@ pub const MAX_MESSAGE_WORDS: usize = 1 << 27;
 /// its large one in another.
 const WRITE_BUFFER: usize = 256 << 10;
 
+/// Bytes a TLS connection reads from its socket at a time. rustls reads its
+/// records 4 KiB at a time; without this buffer beneath it, a large message
+/// costs a read call per 4 KiB.
+const TLS_READ_BUFFER: usize = 256 << 10;
+
+/// A socket as TLS reads it: through [`TLS_READ_BUFFER`].
+type Buffered = tokio::io::BufReader<TcpStream>;
+
 /// The longest a TLS handshake may take, either end: a peer that connects
 /// and says nothing (or speaks plain Cap'n Proto) is dropped after it.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -137,7 +145,7 @@ pub(crate) async fn accept_loop(
                     start(plain(stream, Side::Server, sent.clone()), bootstrap.clone());
                     continue;
                 };
-                let handshake = TlsAcceptor::from(tls.server.clone()).accept(stream);
+                let handshake = TlsAcceptor::from(tls.server.clone()).accept(buffered(stream));
                 let (bootstrap, sent) = (bootstrap.clone(), sent.clone());
                 tokio::task::spawn_local(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
@@ -164,6 +172,10 @@ pub(crate) async fn accept_loop(
     }
 }
 
+fn buffered(stream: TcpStream) -> Buffered {
+    tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, stream)
+}
+
 fn set_nodelay(stream: &TcpStream) {
     if let Err(err) = stream.set_nodelay(true) {
         tracing::warn!("cannot set TCP_NODELAY: {err}");
@@ -179,7 +191,7 @@ fn plain(stream: TcpStream, side: Side, sent: Sent) -> Box<dyn capnp_rpc::VatNet
 /// A TLS connection's network; a read that fails because the peer refused
 /// this end's certificate says so.
 fn encrypted(
-    stream: TlsStream<TcpStream>,
+    stream: TlsStream<Buffered>,
     side: Side,
     sent: Sent,
 ) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
@@ -381,8 +393,8 @@ pub(crate) async fn connect<C: FromClientHook>(
     let network = match tls {
         None => plain(stream, Side::Client, sent),
         Some(tls) => {
-            let handshake =
-                TlsConnector::from(tls.client.clone()).connect(Tls::server_name(), stream);
+            let handshake = TlsConnector::from(tls.client.clone())
+                .connect(Tls::server_name(), buffered(stream));
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(err)) => {
