@@ -12,3 +12,4 @@ mod failures;
 mod index;
 mod metrics;
 mod sample;
+mod tls;

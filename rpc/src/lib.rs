@@ -9,6 +9,7 @@
 //! - [`slave::run`]: serves a store's vectors to handler chains and
 //!   coordinates queries.
 //! - [`cluster::ClusterConfig`]: the cluster file.
+//! - [`tls::Tls`]: optional mutual TLS on every link.
 //!
 //! ```no_run
 //! use bitfold_rpc::client::{Answer, Client, Format};
@@ -40,6 +41,7 @@ mod net;
 pub mod placement;
 pub mod query;
 pub mod slave;
+pub mod tls;
 mod wire;
 
 pub use net::{MAX_CONNECTIONS_PER_PEER, MAX_MESSAGE_WORDS};

@@ -28,6 +28,7 @@ use crate::bitfold_capnp::{Want, slave, vid_vector};
 use crate::budget::{self, Budget};
 use crate::metrics::{self, SlaveMetrics};
 use crate::net::{self, Pool};
+use crate::tls::Tls;
 use crate::wire;
 
 /// How a slave serves.
@@ -42,6 +43,8 @@ pub struct SlaveOptions {
     pub max_budget: Duration,
     /// Where to serve Prometheus metrics at `/metrics`, `HOST:PORT` (none by default).
     pub metrics: Option<String>,
+    /// Mutual TLS on every link, accepted and made (none by default: plain TCP).
+    pub tls: Option<Tls>,
 }
 
 impl SlaveOptions {
@@ -52,6 +55,7 @@ impl SlaveOptions {
             data_dir: data_dir.into(),
             max_budget: Duration::from_secs(60),
             metrics: None,
+            tls: None,
         }
     }
 }
@@ -86,7 +90,7 @@ pub fn serve_store(
         let sent = net::Sent::default();
         let slave = Rc::new(Slave {
             store,
-            pool: Pool::counting(sent.clone()),
+            pool: Pool::new(sent.clone(), options.tls.clone()),
             max_budget: options.max_budget,
             read: Cell::new(0),
             sent: sent.clone(),
@@ -99,7 +103,7 @@ pub fn serve_store(
         let client: slave::Client = capnp_rpc::new_client_from_rc(slave);
         on_ready(addr);
         tokio::select! {
-            () = net::accept_loop(listener, client.client, sent) => {}
+            () = net::accept_loop(listener, client.client, sent, options.tls.clone()) => {}
             () = stop => {}
         }
         Ok(())
