@@ -62,6 +62,35 @@ fn bench_on_a_local_cluster_reports_its_figures() {
     assert_eq!(number(&line, "answer_bytes_per_second"), 0.0, "counts only");
 }
 
+/// `--tls` runs the same workload plain and over mutual TLS and reports
+/// both, with the cost of TLS as the ratio of their times per query.
+#[test]
+fn bench_with_tls_reports_plain_and_tls_runs_side_by_side() {
+    let run = bitfold(&[
+        "bench",
+        "--tls",
+        "--slaves",
+        "2",
+        "--vectors",
+        "40",
+        "--bits",
+        "2^16",
+        "--vids-per-term",
+        "8",
+        "--queries",
+        "20",
+        "--json",
+    ]);
+    let line = json_line(&run);
+    for side in ["plain", "tls"] {
+        assert_eq!(line[side]["queries"], 20, "{line}");
+        assert_eq!(number(&line[side], "bytes_per_query"), 3.0 * 8.0 * 8192.0);
+    }
+    let ratio =
+        number(&line["plain"], "queries_per_second") / number(&line["tls"], "queries_per_second");
+    assert!((number(&line, "tls_cost") - ratio).abs() < 1e-9, "{line}");
+}
+
 #[test]
 fn bench_loads_into_and_queries_a_running_cluster() {
     let cluster = Cluster::start(2, 1);

@@ -1,9 +1,8 @@
 //! The command line itself: import errors, status, exit codes, help.
 
 use std::fs;
-use std::process::Output;
 
-use crate::util::{Cluster, bitfold, stderr, stdout};
+use crate::util::{Cluster, assert_fails_with, bitfold, free_port_block, stderr, stdout};
 
 /// Bad import input: `error:` with the file and line (or file name), a
 /// non-zero exit, and nothing of the import applied, even the good lines
@@ -112,16 +111,6 @@ fn status_shows_up_and_down_slaves() {
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-}
-
-/// Asserts that `run` failed with exit code `code` and printed exactly one
-/// line on stderr, `error: {line}`.
-#[track_caller]
-fn assert_fails_with(run: &Output, code: i32, line: &str) {
-    assert_eq!(
-        (run.status.code(), stderr(run)),
-        (Some(code), format!("error: {line}\n"))
-    );
 }
 
 /// Without a master to talk to: a clear error naming the address, exit 5.
@@ -281,24 +270,6 @@ fn the_demo_answers_and_checks_itself() {
     let checked = text.matches("(same as computed locally)").count();
     assert!(checked >= 5, "the demo should check each example: {text}");
     assert!(text.contains("error: bad query at byte 6"), "{text}");
-}
-
-/// Four consecutive free loopback ports (master + 3 slaves for `up`).
-fn free_port_block() -> u16 {
-    for _ in 0..50 {
-        let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = first.local_addr().unwrap().port();
-        if port > 65_000 {
-            continue;
-        }
-        let rest: Vec<_> = (1..4)
-            .map(|i| std::net::TcpListener::bind(("127.0.0.1", port + i)))
-            .collect();
-        if rest.iter().all(Result::is_ok) {
-            return port;
-        }
-    }
-    panic!("no block of four free ports");
 }
 
 /// `bitfold up` serves until SIGTERM, exits 0, and a second `up` on the

@@ -13,4 +13,5 @@ mod index;
 mod membership;
 mod metrics;
 mod sample;
+mod tls;
 mod updates;

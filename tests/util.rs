@@ -40,6 +40,34 @@ pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// Asserts that `run` failed with exit code `code` and printed exactly one
+/// line on stderr, `error: {line}`.
+#[track_caller]
+pub fn assert_fails_with(run: &Output, code: i32, line: &str) {
+    assert_eq!(
+        (run.status.code(), stderr(run)),
+        (Some(code), format!("error: {line}\n"))
+    );
+}
+
+/// Four consecutive free loopback ports (master + 3 slaves for `up`).
+pub fn free_port_block() -> u16 {
+    for _ in 0..50 {
+        let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = first.local_addr().unwrap().port();
+        if port > 65_000 {
+            continue;
+        }
+        let rest: Vec<_> = (1..4)
+            .map(|i| std::net::TcpListener::bind(("127.0.0.1", port + i)))
+            .collect();
+        if rest.iter().all(Result::is_ok) {
+            return port;
+        }
+    }
+    panic!("no block of four free ports");
+}
+
 /// A server process that is killed when dropped.
 pub struct Server {
     child: Child,

@@ -9,6 +9,7 @@
 //! - [`slave::run`]: serves a store's vectors to handler chains and
 //!   coordinates queries.
 //! - [`cluster::ClusterConfig`]: the cluster file.
+//! - [`tls::Tls`]: optional mutual TLS on every link.
 //!
 //! ```no_run
 //! use bitfold_rpc::client::{Answer, Client, Format};
@@ -31,6 +32,8 @@ mod budget;
 pub mod catalog;
 pub mod client;
 pub mod cluster;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod local;
 pub mod master;
 mod metrics;
@@ -38,9 +41,10 @@ mod net;
 pub mod placement;
 pub mod query;
 pub mod slave;
+pub mod tls;
 mod wire;
 
-pub use net::MAX_MESSAGE_WORDS;
+pub use net::{MAX_CONNECTIONS_PER_PEER, MAX_MESSAGE_WORDS};
 
 /// Why a master or slave could not start or stopped serving.
 ///

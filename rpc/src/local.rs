@@ -32,6 +32,7 @@ use futures::future::BoxFuture;
 use crate::cluster::{ClusterConfig, SlaveEntry};
 use crate::master::{self, MasterOptions};
 use crate::slave::{self, SlaveOptions};
+use crate::tls::{self, Tls, TlsError};
 
 /// How long a server may take to start listening.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -67,6 +68,9 @@ pub enum Error {
         /// The server.
         server: String,
     },
+    /// A server's TLS folder could not be read.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 /// Completes when a server is asked to stop.
@@ -209,6 +213,23 @@ pub fn loopback(slaves: usize, replicas: usize) -> ClusterConfig {
     }
 }
 
+/// The TLS folder of the master, among those [`generate_tls`] writes.
+pub const MASTER_TLS: &str = "master";
+
+/// The TLS folder of a DBMS or `bitfold` command, among those [`generate_tls`] writes.
+pub const CLIENT_TLS: &str = "client";
+
+/// Writes a new cluster CA to `dir/ca.pem` and a TLS folder signed by it
+/// for each process of `cluster`: `dir/master`, `dir/NAME` for each slave,
+/// and `dir/client` for the DBMS and the `bitfold` commands.
+pub fn generate_tls(dir: &Path, cluster: &ClusterConfig) -> Result<(), TlsError> {
+    let names: Vec<&str> = [MASTER_TLS, CLIENT_TLS]
+        .into_iter()
+        .chain(cluster.slaves.iter().map(|s| s.name.as_str()))
+        .collect();
+    tls::generate(dir, &names)
+}
+
 /// A master and its slaves, serving from threads of this process; all of
 /// them stop when it is dropped or by [`LocalCluster::stop`].
 pub struct LocalCluster {
@@ -231,6 +252,20 @@ impl LocalCluster {
         master_listen: &str,
         tune: impl FnOnce(&mut MasterOptions),
     ) -> Result<LocalCluster, Error> {
+        LocalCluster::start_tls(root, cluster, master_listen, None, tune)
+    }
+
+    /// Like [`LocalCluster::start`], and with `tls`, a folder written by
+    /// [`generate_tls`] for this cluster, every link runs mutual TLS: each
+    /// server uses its folder `tls/NAME` (the master's is `tls/master`).
+    pub fn start_tls(
+        root: &Path,
+        cluster: ClusterConfig,
+        master_listen: &str,
+        tls: Option<&Path>,
+        tune: impl FnOnce(&mut MasterOptions),
+    ) -> Result<LocalCluster, Error> {
+        let load = |name: &str| tls.map(|dir| Tls::load(&dir.join(name))).transpose();
         let mut stores = Vec::new();
         let mut slave_options = Vec::new();
         let mut slaves = Vec::new();
@@ -242,7 +277,8 @@ impl LocalCluster {
                 source: source.into(),
             })?;
             let store = Arc::new(store);
-            let options = SlaveOptions::new(entry.addr.clone(), dir);
+            let mut options = SlaveOptions::new(entry.addr.clone(), dir);
+            options.tls = load(&entry.name)?;
             let server = Server::slave(&entry.name, store.clone(), options.clone())?;
             bound.push(SlaveEntry {
                 name: entry.name.clone(),
@@ -265,6 +301,7 @@ impl LocalCluster {
             cluster.clone(),
             LocalCluster::master_dir(root),
         );
+        master_options.tls = load(MASTER_TLS)?;
         tune(&mut master_options);
         let master = Server::master(master_options.clone())?;
         master_options.listen = master.addr().to_string();

@@ -6,11 +6,16 @@
 //! connection, both ends, sets `TCP_NODELAY` and raises the reader's
 //! traversal limit to [`MAX_MESSAGE_WORDS`]: the default 64 MiB would reject
 //! a large vector and tear down the whole connection.
+//!
+//! With a [`Tls`] configuration, every connection, accepted or made, is
+//! wrapped in mutual TLS before Cap'n Proto sees it (docs/protocol.md §11);
+//! without one it is plain TCP, split without a lock.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::fmt;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -18,11 +23,14 @@ use capnp::capability::FromClientHook;
 use capnp::message::ReaderOptions;
 use capnp_rpc::rpc_twoparty_capnp::Side;
 use capnp_rpc::{RpcSystem, twoparty};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
+use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 use crate::bitfold_capnp::slave;
+use crate::tls::Tls;
 
 /// The largest message read, in 8-byte words (1 GiB): a vector with every
 /// bit set is 512 MiB of dense words in parts, plus its keys.
@@ -33,6 +41,18 @@ pub const MAX_MESSAGE_WORDS: usize = 1 << 27;
 /// waking the peer once, instead of its small first segment in one send and
 /// its large one in another.
 const WRITE_BUFFER: usize = 256 << 10;
+
+/// Bytes a TLS connection reads from its socket at a time. rustls reads its
+/// records 4 KiB at a time; without this buffer beneath it, a large message
+/// costs a read call per 4 KiB.
+const TLS_READ_BUFFER: usize = 256 << 10;
+
+/// A socket as TLS reads it: through [`TLS_READ_BUFFER`].
+type Buffered = tokio::io::BufReader<TcpStream>;
+
+/// The longest a TLS handshake may take, either end: a peer that connects
+/// and says nothing (or speaks plain Cap'n Proto) is dropped after it.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Reader options for every connection, both ends.
 pub(crate) fn reader_options() -> ReaderOptions {
@@ -106,18 +126,101 @@ impl<W: futures::AsyncWrite + Unpin> futures::AsyncWrite for Counted<W> {
     }
 }
 
+/// The most connections one peer (one IP address) may hold open to a
+/// server at once. A connection over it is served a capability whose every
+/// call fails with an error saying so; one over twice it is closed at once.
+pub const MAX_CONNECTIONS_PER_PEER: usize = 256;
+
 /// Serves `bootstrap` to every connection accepted on `listener`, forever,
-/// counting what they send in `sent`.
+/// counting what they send in `sent`; at most [`MAX_CONNECTIONS_PER_PEER`]
+/// connections of one peer are served at a time. With `tls`, a connection
+/// is served only once its client presented a certificate the cluster's CA
+/// signed; a refused one is logged with the peer's address and the reason.
 pub(crate) async fn accept_loop(
     listener: TcpListener,
     bootstrap: capnp::capability::Client,
     sent: Sent,
+    tls: Option<Tls>,
 ) {
+    accept_at_most(listener, bootstrap, sent, tls, MAX_CONNECTIONS_PER_PEER).await;
+}
+
+/// The connections each peer holds open.
+type Open = Rc<RefCell<HashMap<IpAddr, usize>>>;
+
+/// One connection counted against its peer until dropped.
+struct Held {
+    open: Open,
+    peer: IpAddr,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut open = self.open.borrow_mut();
+        if let Some(count) = open.get_mut(&self.peer) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// [`accept_loop`] with `most` connections per peer.
+async fn accept_at_most(
+    listener: TcpListener,
+    bootstrap: capnp::capability::Client,
+    sent: Sent,
+    tls: Option<Tls>,
+    most: usize,
+) {
+    let open: Open = Rc::default();
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                tracing::debug!(%peer, "accepted a connection");
-                start(stream, bootstrap.clone(), sent.clone());
+                let held = open.borrow().get(&peer.ip()).copied().unwrap_or(0);
+                if held >= 2 * most {
+                    tracing::warn!(%peer, "closed a connection: the peer holds {held} already");
+                    continue;
+                }
+                let served = if held >= most {
+                    tracing::warn!(%peer, "refused a connection: the peer holds {held} already");
+                    capnp_rpc::new_broken_cap(capnp::Error::failed(format!(
+                        "too many connections from {}: a peer may hold at most {most} at once \
+                         (close some, or reuse one)",
+                        peer.ip()
+                    )))
+                } else {
+                    tracing::debug!(%peer, "accepted a connection");
+                    bootstrap.clone()
+                };
+                *open.borrow_mut().entry(peer.ip()).or_default() += 1;
+                let held = Held {
+                    open: open.clone(),
+                    peer: peer.ip(),
+                };
+                set_nodelay(&stream);
+                let Some(tls) = &tls else {
+                    start(plain(stream, Side::Server, sent.clone()), served, held);
+                    continue;
+                };
+                let handshake = TlsAcceptor::from(tls.server.clone()).accept(buffered(stream));
+                let sent = sent.clone();
+                tokio::task::spawn_local(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+                        Ok(Ok(stream)) => {
+                            start(encrypted(stream.into(), Side::Server, sent), served, held);
+                        }
+                        Ok(Err(err)) => tracing::warn!(
+                            "refused a connection from {peer}: {}",
+                            handshake_failure(&err, Role::Server, None)
+                        ),
+                        Err(_) => tracing::warn!(
+                            "refused a connection from {peer}: no TLS handshake within {}",
+                            seconds(HANDSHAKE_TIMEOUT)
+                        ),
+                    }
+                });
             }
             Err(err) => {
                 // Out of file descriptors and the like: wait and go on.
@@ -128,11 +231,51 @@ pub(crate) async fn accept_loop(
     }
 }
 
-fn network(stream: TcpStream, side: Side, sent: Sent) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
+fn buffered(stream: TcpStream) -> Buffered {
+    tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, stream)
+}
+
+fn set_nodelay(stream: &TcpStream) {
     if let Err(err) = stream.set_nodelay(true) {
         tracing::warn!("cannot set TCP_NODELAY: {err}");
     }
+}
+
+/// A plain connection's network: the socket's halves, no lock between them.
+fn plain(stream: TcpStream, side: Side, sent: Sent) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
     let (reader, writer) = stream.into_split();
+    network(reader, writer, side, sent)
+}
+
+/// A TLS connection's network; a read that fails because the peer refused
+/// this end's certificate says so.
+fn encrypted(
+    stream: TlsStream<Buffered>,
+    side: Side,
+    sent: Sent,
+) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
+    let role = match side {
+        Side::Client => Role::Client,
+        Side::Server => Role::Server,
+    };
+    let (reader, writer) = tokio::io::split(stream);
+    network(
+        Explained {
+            inner: reader,
+            role,
+        },
+        writer,
+        side,
+        sent,
+    )
+}
+
+fn network(
+    reader: impl AsyncRead + Unpin + 'static,
+    writer: impl AsyncWrite + Unpin + 'static,
+    side: Side,
+    sent: Sent,
+) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
     Box::new(twoparty::VatNetwork::new(
         futures::io::BufReader::new(reader.compat()),
         futures::io::BufWriter::with_capacity(
@@ -147,6 +290,117 @@ fn network(stream: TcpStream, side: Side, sent: Sent) -> Box<dyn capnp_rpc::VatN
     ))
 }
 
+/// Which end of a TLS connection this process is.
+#[derive(Clone, Copy)]
+enum Role {
+    Client,
+    Server,
+}
+
+/// A failed TLS handshake, in words: what the peer did wrong, or what it
+/// said this end did wrong. `dir` is this end's TLS folder, if it has one.
+fn handshake_failure(err: &std::io::Error, role: Role, dir: Option<&std::path::Path>) -> String {
+    use rustls::{AlertDescription as Alert, CertificateError, Error as TlsError};
+    let peer = match role {
+        Role::Client => "the server",
+        Role::Server => "the client",
+    };
+    let ca = match dir {
+        Some(dir) => format!("the CA in {}", dir.display()),
+        None => "the cluster's CA".to_owned(),
+    };
+    let Some(cause) = err.get_ref().and_then(|e| e.downcast_ref::<TlsError>()) else {
+        return match err.kind() {
+            std::io::ErrorKind::UnexpectedEof => format!(
+                "{HANDSHAKE_FAILED}: {peer} closed the connection (does it run without --tls?)"
+            ),
+            _ => format!("{HANDSHAKE_FAILED}: {}", describe_io(err)),
+        };
+    };
+    let why = match cause {
+        TlsError::AlertReceived(Alert::CertificateRequired) => {
+            format!("{peer} requires a certificate signed by its CA: pass --tls DIR")
+        }
+        TlsError::AlertReceived(
+            Alert::UnknownCA
+            | Alert::BadCertificate
+            | Alert::CertificateUnknown
+            | Alert::DecryptError
+            | Alert::AccessDenied,
+        ) => format!("{peer} refused this certificate: it is not signed by {peer}'s CA"),
+        TlsError::InvalidCertificate(
+            CertificateError::UnknownIssuer | CertificateError::BadSignature,
+        ) => format!("{peer}'s certificate is not signed by {ca}"),
+        TlsError::InvalidCertificate(other) => {
+            format!("{peer}'s certificate is not valid ({other:?})")
+        }
+        TlsError::NoCertificatesPresented => {
+            format!("{peer} presented no certificate (it needs --tls DIR)")
+        }
+        TlsError::InvalidMessage(_) | TlsError::InappropriateMessage { .. } => {
+            format!("{peer} does not speak TLS (does it run without --tls?)")
+        }
+        other => other.to_string(),
+    };
+    format!("{HANDSHAKE_FAILED}: {why}")
+}
+
+/// How the text of every failed TLS handshake starts.
+pub(crate) const HANDSHAKE_FAILED: &str = "the TLS handshake failed";
+
+/// Whether `err` is a failed TLS handshake (its text says what went wrong).
+pub(crate) fn is_handshake_failure(err: &std::io::Error) -> bool {
+    err.get_ref()
+        .is_some_and(|e| e.downcast_ref::<HandshakeFailed>().is_some())
+}
+
+/// The text of a failed TLS handshake, inside an `io::Error` whose kind
+/// Cap'n Proto reads as a lost connection.
+#[derive(Debug)]
+struct HandshakeFailed(String);
+
+impl fmt::Display for HandshakeFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for HandshakeFailed {}
+
+fn handshake_error(text: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::ConnectionAborted, HandshakeFailed(text))
+}
+
+/// A TLS read half whose errors from the handshake's end (TLS 1.3 tells a
+/// client that its certificate was refused only after the handshake) are
+/// put in words.
+struct Explained<R> {
+    inner: R,
+    role: Role,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Explained<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let role = self.role;
+        match std::pin::Pin::new(&mut self.inner).poll_read(cx, buf) {
+            std::task::Poll::Ready(Err(err)) if is_alert(&err) => {
+                std::task::Poll::Ready(Err(handshake_error(handshake_failure(&err, role, None))))
+            }
+            polled => polled,
+        }
+    }
+}
+
+fn is_alert(err: &std::io::Error) -> bool {
+    err.get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+        .is_some_and(|e| matches!(e, rustls::Error::AlertReceived(_)))
+}
+
 /// Runs `system` until its connection ends, then raises `closed`.
 fn spawn_system(system: RpcSystem<Side>, closed: Rc<Cell<bool>>) -> JoinHandle<()> {
     tokio::task::spawn_local(async move {
@@ -157,10 +411,20 @@ fn spawn_system(system: RpcSystem<Side>, closed: Rc<Cell<bool>>) -> JoinHandle<(
     })
 }
 
-/// Serves `bootstrap` on an accepted connection until it ends.
-fn start(stream: TcpStream, bootstrap: capnp::capability::Client, sent: Sent) {
-    let system = RpcSystem::new(network(stream, Side::Server, sent), Some(bootstrap));
-    spawn_system(system, Rc::default());
+/// Serves `bootstrap` on an accepted connection until it ends; the peer
+/// holds it (`held`) until then.
+fn start(
+    network: Box<dyn capnp_rpc::VatNetwork<Side>>,
+    bootstrap: capnp::capability::Client,
+    held: Held,
+) {
+    let system = RpcSystem::new(network, Some(bootstrap));
+    tokio::task::spawn_local(async move {
+        if let Err(err) = system.await {
+            tracing::debug!("connection ended: {err}");
+        }
+        drop(held);
+    });
 }
 
 /// A connection to a server and its bootstrap capability; dropping it
@@ -185,14 +449,39 @@ impl<C> Drop for Connection<C> {
     }
 }
 
-/// Connects to `addr` and bootstraps its capability; what the connection
-/// sends is counted in `sent`.
+/// Connects to `addr` (over TLS with `tls`) and bootstraps its capability;
+/// what the connection sends is counted in `sent`. A failed TLS handshake
+/// is an error [`is_handshake_failure`] recognises.
 pub(crate) async fn connect<C: FromClientHook>(
     addr: &str,
     sent: Sent,
+    tls: Option<&Tls>,
 ) -> std::io::Result<Connection<C>> {
     let stream = TcpStream::connect(addr).await?;
-    let mut system = RpcSystem::new(network(stream, Side::Client, sent), None);
+    set_nodelay(&stream);
+    let network = match tls {
+        None => plain(stream, Side::Client, sent),
+        Some(tls) => {
+            let handshake = TlsConnector::from(tls.client.clone())
+                .connect(Tls::server_name(), buffered(stream));
+            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(err)) => {
+                    let why = handshake_failure(&err, Role::Client, Some(tls.dir()));
+                    return Err(handshake_error(why));
+                }
+                Err(_) => {
+                    return Err(handshake_error(format!(
+                        "{HANDSHAKE_FAILED}: no answer within {} (does the server run \
+                         without --tls?)",
+                        seconds(HANDSHAKE_TIMEOUT)
+                    )));
+                }
+            };
+            encrypted(stream.into(), Side::Client, sent)
+        }
+    };
+    let mut system = RpcSystem::new(network, None);
     let client = system.bootstrap(Side::Server);
     let closed = Rc::new(Cell::new(false));
     Ok(Connection {
@@ -206,18 +495,19 @@ pub(crate) async fn connect<C: FromClientHook>(
 ///
 /// A connection is evicted (and closed) when a call on it fails or times
 /// out, so the next call reconnects.
-#[derive(Default)]
 pub(crate) struct Pool {
     connections: RefCell<HashMap<String, Rc<Connection<slave::Client>>>>,
     sent: Sent,
+    tls: Option<Tls>,
 }
 
 impl Pool {
-    /// A pool whose connections count what they send in `sent`.
-    pub(crate) fn counting(sent: Sent) -> Pool {
+    /// A pool whose connections count what they send in `sent`, over TLS with `tls`.
+    pub(crate) fn new(sent: Sent, tls: Option<Tls>) -> Pool {
         Pool {
             connections: RefCell::default(),
             sent,
+            tls,
         }
     }
 
@@ -229,7 +519,7 @@ impl Pool {
                 return Ok(found.clone());
             }
         }
-        let fresh = Rc::new(connect(addr, self.sent.clone()).await?);
+        let fresh = Rc::new(connect(addr, self.sent.clone(), self.tls.as_ref()).await?);
         // Another call may have connected meanwhile: keep the first.
         let mut connections = self.connections.borrow_mut();
         let held = connections
@@ -312,4 +602,44 @@ pub(crate) fn seconds(duration: Duration) -> String {
 /// The address a listener is bound to, for `on_ready`.
 pub(crate) fn local_addr(listener: &TcpListener) -> Result<SocketAddr, crate::Error> {
     listener.local_addr().map_err(crate::Error::Io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the server of `connection` answers a call with.
+    async fn answer(connection: &Connection<slave::Client>) -> String {
+        match connection.client.health_request().send().promise.await {
+            Ok(_) => "a health report".to_owned(),
+            Err(err) => err.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_peer_over_its_connection_bound_is_told_so_and_the_others_are_served() {
+        block_on_local(async {
+            let listener = bind("127.0.0.1:0").await.unwrap();
+            let addr = local_addr(&listener).unwrap().to_string();
+            let served = capnp_rpc::new_broken_cap(capnp::Error::failed("served".to_owned()));
+            tokio::task::spawn_local(accept_at_most(listener, served, Sent::default(), None, 2));
+            let connect = || connect::<slave::Client>(&addr, Sent::default(), None);
+            let first = connect().await.unwrap();
+            let second = connect().await.unwrap();
+            assert!(answer(&first).await.contains("served"));
+            assert!(answer(&second).await.contains("served"));
+            let third = connect().await.unwrap();
+            let refused = answer(&third).await;
+            assert!(
+                refused.contains("too many connections from 127.0.0.1")
+                    && refused.contains("at most 2"),
+                "{refused}"
+            );
+            assert!(
+                answer(&first).await.contains("served"),
+                "the others are still served"
+            );
+        })
+        .unwrap();
+    }
 }

@@ -88,8 +88,34 @@ pub(crate) fn vids(bytes: &[u8]) -> capnp::Result<Cow<'_, [u64]>> {
     cast(bytes, "vids")
 }
 
-/// Reads every part of a list.
+/// The most parts one vector travels as (docs/protocol.md §7, Limits): a
+/// part holds at least one of a vector's 65,536 containers when written by
+/// bitfold; a list of empty parts costs the sender a word each and the
+/// reader far more, so longer lists are refused before they are read.
+pub(crate) const MAX_PARTS: u32 = 1 << 17;
+
+/// The most vectors one import message carries (clients cut larger batches).
+pub(crate) const MAX_IMPORT_VECTORS: u32 = 1 << 18;
+
+/// The most parts in all the vectors of one import message.
+pub(crate) const MAX_IMPORT_PARTS: u32 = 1 << 20;
+
+/// The most chains (terms) one query carries: a query's most terms.
+pub(crate) const MAX_CHAINS: u32 = 10_000;
+
+/// Refuses a list of `len` `what`s longer than `most`, naming the bound.
+pub(crate) fn at_most(len: u32, most: u32, what: &str) -> capnp::Result<()> {
+    if len > most {
+        return Err(capnp::Error::failed(format!(
+            "{len} {what} in one message, more than the {most} allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads every part of a list (at most [`MAX_PARTS`]).
 pub(crate) fn read_parts(list: PartList<'_>) -> capnp::Result<Vec<WirePart<'_>>> {
+    at_most(list.len(), MAX_PARTS, "parts of a vector")?;
     list.iter().map(WirePart::read).collect()
 }
 
@@ -308,6 +334,27 @@ mod tests {
         let reader = message.get_root_as_reader::<part::Reader>().unwrap();
         let wire = WirePart::read(reader).unwrap();
         assert!(wire.view().is_err(), "a dense key without its words");
+    }
+
+    #[test]
+    fn a_vector_of_too_many_parts_is_refused_before_it_is_read() {
+        let list_of = |parts: u32| {
+            let mut message = capnp::message::Builder::new_default();
+            message.initn_root::<capnp::struct_list::Builder<part::Owned>>(parts);
+            message
+        };
+        let most = list_of(MAX_PARTS);
+        let parts = read_parts(most.get_root_as_reader().unwrap()).unwrap();
+        assert_eq!(parts.len(), MAX_PARTS as usize);
+        let over = list_of(MAX_PARTS + 1);
+        let err = read_parts(over.get_root_as_reader().unwrap())
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .contains("131073 parts of a vector in one message, more than the 131072"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -3,7 +3,10 @@
 This test loads the schema with pycapnp (nothing generated, nothing from the
 Rust side), connects to a real bitfold master over Cap'n Proto RPC, runs point
 and range queries in all three result forms, decodes `roaring` with pyroaring,
-and checks every answer against sets computed here.
+and checks every answer against sets computed here. It does so twice: over
+plain TCP, and over mutual TLS (Python's `ssl` module under pycapnp's asyncio
+stream) to a cluster started by `bitfold up --tls`, which also refuses a
+client without a certificate and a plain client.
 
 The cluster (slaves + master) is started from the `bitfold` binary named by
 $BITFOLD_BIN (default: target/debug/bitfold) on free loopback ports and
@@ -13,6 +16,8 @@ stopped at the end, whatever happens.
 import asyncio
 import os
 import random
+import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -64,18 +69,25 @@ def words_to_bits(data):
 
 
 class DbmsTest(unittest.TestCase):
+    """Over plain TCP, to a master and slaves started one by one."""
+
+    # The `--tls` folder of the client (the cluster runs mutual TLS), or None.
+    tls = None
+
     @classmethod
     def setUpClass(cls):
         cls.processes = []
         cls.tmp = tempfile.TemporaryDirectory()
         try:
-            cls._start_cluster(Path(cls.tmp.name))
+            tmp = Path(cls.tmp.name)
+            cls._start_servers(tmp)
+            cls._import(tmp)
         except BaseException:
             cls.tearDownClass()
             raise
 
     @classmethod
-    def _start_cluster(cls, tmp):
+    def _start_servers(cls, tmp):
         slaves = []
         for i in range(3):
             addr = start(
@@ -93,6 +105,9 @@ class DbmsTest(unittest.TestCase):
             "master",
             cls.processes,
         )
+
+    @classmethod
+    def _import(cls, tmp):
         rng = random.Random(7)
         cls.vectors = {}
         for vid in [0, 1, 2, 3, 5, 8, 13, 21, 1000, TOP - 1, TOP]:
@@ -105,8 +120,9 @@ class DbmsTest(unittest.TestCase):
             cls.vectors[vid] = bits
         lines = ["# vid,bit"] + [f"{v},{b}" for v, bits in cls.vectors.items() for b in sorted(bits)]
         (tmp / "vectors.csv").write_text("\n".join(lines) + "\n")
+        tls = ["--tls", str(cls.tls)] if cls.tls else []
         run = subprocess.run(
-            [str(BINARY), "import", "--master", cls.master, str(tmp / "vectors.csv")],
+            [str(BINARY), "import", "--master", cls.master, *tls, str(tmp / "vectors.csv")],
             capture_output=True,
             text=True,
         )
@@ -134,8 +150,7 @@ class DbmsTest(unittest.TestCase):
         """Sends every (message, format) over one connection; returns the Result structs."""
 
         async def run():
-            host, port = self.master.rsplit(":", 1)
-            connection = await capnp.AsyncIoStream.create_connection(host=host, port=int(port))
+            connection = await self.connect(self.ssl_context())
             client = capnp.TwoPartyClient(connection)
             master = client.bootstrap().cast_as(SCHEMA.Master)
             answers = []
@@ -145,6 +160,26 @@ class DbmsTest(unittest.TestCase):
             return answers
 
         return asyncio.run(capnp.run(run()))
+
+    def ssl_context(self, certificate=True):
+        """Trusts the cluster's CA and presents the client's certificate (if
+        `certificate`); None on a plain cluster."""
+        if self.tls is None:
+            return None
+        context = ssl.create_default_context(cafile=str(self.tls / "ca.pem"))
+        if certificate:
+            context.load_cert_chain(self.tls / "cert.pem", self.tls / "key.pem")
+        return context
+
+    async def connect(self, context):
+        """A stream to the master: TLS with `context` (every certificate
+        names the server `bitfold`), plain TCP without."""
+        host, port = self.master.rsplit(":", 1)
+        if context is None:
+            return await capnp.AsyncIoStream.create_connection(host=host, port=int(port))
+        return await capnp.AsyncIoStream.create_connection(
+            host=host, port=int(port), ssl=context, server_hostname="bitfold"
+        )
 
     def check(self, message, expected):
         count, words, roaring = self.ask(
@@ -181,6 +216,66 @@ class DbmsTest(unittest.TestCase):
         self.assertEqual(missing.which(), "error")
         self.assertEqual(missing.error.kind, "notFound")
         self.assertIn("4", missing.error.message)
+
+
+
+def free_ports(count):
+    """A port P of this machine such that P..P+count-1 are free now."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            first = probe.getsockname()[1]
+        if first + count > 65535:
+            continue
+        taken = []
+        try:
+            for port in range(first, first + count):
+                s = socket.socket()
+                taken.append(s)
+                s.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in taken:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+class TlsDbmsTest(DbmsTest):
+    """The same queries over mutual TLS to a cluster of `bitfold up --tls`,
+    whose every link (master to slaves, slave to slave) runs TLS too."""
+
+    @classmethod
+    def _start_servers(cls, tmp):
+        port = free_ports(4)
+        cls.master = start(
+            ["up", "--tls", "--dir", str(tmp / "cluster"), "--port", str(port), "--replicas", "2"],
+            "master",
+            cls.processes,
+        )
+        cls.tls = tmp / "cluster" / "tls" / "client"
+
+    def refused(self, context):
+        """Asks a query over a connection made with `context` and checks that
+        the master cut the connection instead of answering, within 10 s."""
+
+        async def run():
+            connection = await self.connect(context)
+            client = capnp.TwoPartyClient(connection)
+            master = client.bootstrap().cast_as(SCHEMA.Master)
+            await master.query(message="P:0", format="count")
+
+        with self.assertRaises(Exception) as refused:
+            asyncio.run(asyncio.wait_for(capnp.run(run()), 10))
+        self.assertNotIsInstance(refused.exception, asyncio.TimeoutError)
+        self.assertIn("disconnected", str(refused.exception).lower())
+
+    def test_a_client_without_a_certificate_is_refused(self):
+        self.refused(self.ssl_context(certificate=False))
+
+    def test_a_plain_client_is_refused(self):
+        self.refused(None)
 
 
 if __name__ == "__main__":

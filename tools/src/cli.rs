@@ -99,6 +99,10 @@ pub struct SlaveArgs {
     /// Serve Prometheus metrics at http://HOST:PORT/metrics.
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics: Option<String>,
+    /// Mutual TLS: DIR holds the cluster's CA (ca.pem) and this process's
+    /// certificate and key (cert.pem, key.pem), as `bitfold up --tls` writes them.
+    #[arg(long, value_name = "DIR")]
+    pub tls: Option<PathBuf>,
 }
 
 /// `bitfold master`.
@@ -139,6 +143,10 @@ pub struct MasterArgs {
     /// its plan: coordinator, each term's machines, time per attempt.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub slow: Option<Duration>,
+    /// Mutual TLS: DIR holds the cluster's CA (ca.pem) and this process's
+    /// certificate and key (cert.pem, key.pem), as `bitfold up --tls` writes them.
+    #[arg(long, value_name = "DIR")]
+    pub tls: Option<PathBuf>,
 }
 
 /// `bitfold up`.
@@ -162,6 +170,11 @@ pub struct UpArgs {
     /// Log (at warn level) every query that takes at least this long, with its plan.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub slow: Option<Duration>,
+    /// Run every link with mutual TLS, writing a cluster CA and a
+    /// certificate per process under DIR/tls/ (kept for later runs); a
+    /// client then passes `--tls DIR/tls/client`.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// `bitfold demo`.
@@ -191,6 +204,10 @@ pub struct ImportArgs {
     /// Files (or, for `roaring`, directories of `<vid>.roaring` files) to import.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
+    /// Mutual TLS: DIR holds the cluster's CA (ca.pem) and this process's
+    /// certificate and key (cert.pem, key.pem), as `bitfold up --tls` writes them.
+    #[arg(long, value_name = "DIR")]
+    pub tls: Option<PathBuf>,
 }
 
 /// `bitfold rebalance`.
@@ -199,6 +216,10 @@ pub struct RebalanceArgs {
     /// The master whose vectors to move.
     #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_MASTER)]
     pub master: String,
+    /// Mutual TLS: DIR holds the cluster's CA (ca.pem) and this process's
+    /// certificate and key (cert.pem, key.pem), as `bitfold up --tls` writes them.
+    #[arg(long, value_name = "DIR")]
+    pub tls: Option<PathBuf>,
 }
 
 /// `bitfold delete`.
@@ -207,6 +228,10 @@ pub struct DeleteArgs {
     /// The master to delete through.
     #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_MASTER)]
     pub master: String,
+    /// Mutual TLS: DIR holds the cluster's CA (ca.pem) and this process's
+    /// certificate and key (cert.pem, key.pem), as `bitfold up --tls` writes them.
+    #[arg(long, value_name = "DIR")]
+    pub tls: Option<PathBuf>,
     /// The vectors to delete: a vid (`42`) or an inclusive range of vids (`10-19`).
     #[arg(required = true, value_name = "TERM", value_parser = parse_vid_span)]
     pub terms: Vec<(u64, u64)>,
@@ -272,6 +297,10 @@ pub struct QueryArgs {
     /// With --where: a bound inside a bin takes the whole bin (the answer is then a superset).
     #[arg(long, requires = "predicate")]
     pub cover: bool,
+    /// Mutual TLS: DIR holds the cluster's CA (ca.pem) and this process's
+    /// certificate and key (cert.pem, key.pem), as `bitfold up --tls` writes them.
+    #[arg(long, value_name = "DIR")]
+    pub tls: Option<PathBuf>,
 }
 
 /// `--output` of `bitfold query`.
@@ -293,6 +322,10 @@ pub struct StatusArgs {
     /// The master to ask.
     #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_MASTER)]
     pub master: String,
+    /// Mutual TLS: DIR holds the cluster's CA (ca.pem) and this process's
+    /// certificate and key (cert.pem, key.pem), as `bitfold up --tls` writes them.
+    #[arg(long, value_name = "DIR")]
+    pub tls: Option<PathBuf>,
 }
 
 /// `bitfold sample`.
@@ -417,6 +450,10 @@ pub struct BenchArgs {
     /// Print one JSON object on one line instead of the report for people.
     #[arg(long)]
     pub json: bool,
+    /// Run the workload twice on the local cluster's data, plain and then
+    /// with mutual TLS on every link, and report both and their ratio.
+    #[arg(long, conflicts_with = "master")]
+    pub tls: bool,
 }
 
 const BENCH_EXAMPLES: &str = "\

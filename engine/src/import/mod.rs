@@ -193,6 +193,18 @@ pub fn validate(
     Ok(summary)
 }
 
+/// Parses pairs text read from `input` as an import reads a pairs file,
+/// calling `on_pair` for each pair in order; errors name `path` and the
+/// line (cargo feature `fuzzing`, for the fuzz targets).
+#[cfg(feature = "fuzzing")]
+pub fn parse_pairs<E>(
+    input: impl std::io::Read,
+    path: &std::path::Path,
+    on_pair: impl FnMut(u64, u32) -> Result<(), E>,
+) -> Result<(), ReadError<E>> {
+    pairs::parse_from(input, path, &|_| {}, on_pair)
+}
+
 /// Reads the input and hands it to `sink` in batches of vectors, ascending
 /// by vid, each batch holding about `batch_bits` set bits: memory is bounded
 /// by `batch_bits`, never by the size of the files (a single roaring file

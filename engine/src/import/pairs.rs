@@ -24,15 +24,26 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 pub(super) fn parse<E>(
     path: &Path,
     progress: &dyn Fn(u64),
+    on_pair: impl FnMut(u64, u32) -> Result<(), E>,
+) -> Result<(), ReadError<E>> {
+    let file = File::open(path).map_err(|e| ImportError::io(path, e))?;
+    parse_from(file, path, progress, on_pair)
+}
+
+/// Parses the pairs text `input` reads, as [`parse`] does the file at
+/// `path` (the name its errors give).
+pub(super) fn parse_from<E>(
+    mut input: impl Read,
+    path: &Path,
+    progress: &dyn Fn(u64),
     mut on_pair: impl FnMut(u64, u32) -> Result<(), E>,
 ) -> Result<(), ReadError<E>> {
-    let mut file = File::open(path).map_err(|e| ImportError::io(path, e))?;
     let mut buf = vec![0u8; CHUNK + MAX_LINE + 1];
     let (mut filled, mut line) = (0usize, 1u64);
     let mut first = true;
     loop {
         let read =
-            read_some(&mut file, &mut buf[filled..]).map_err(|e| ImportError::io(path, e))?;
+            read_some(&mut input, &mut buf[filled..]).map_err(|e| ImportError::io(path, e))?;
         progress(read as u64);
         filled += read;
         let at_end = read == 0;
@@ -74,9 +85,9 @@ pub(super) fn parse<E>(
     }
 }
 
-fn read_some(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
+fn read_some(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     loop {
-        match file.read(buf) {
+        match input.read(buf) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             other => return other,
         }

@@ -141,6 +141,12 @@ impl<'a> VectorPart<'a> {
                     "a sparse container is empty or its end offset goes back",
                 ));
             }
+            if end > sparse_values.len() {
+                return Err(malformed(format!(
+                    "a sparse end offset ({end}) is past the {} values",
+                    sparse_values.len()
+                )));
+            }
             if !strictly_ascending(&sparse_values[start..end]) {
                 return Err(malformed("sparse positions are not strictly ascending"));
             }
@@ -420,6 +426,9 @@ mod tests {
         assert!(VectorPart::new(&[], &[], &[1], &[2], &[3, 3]).is_err());
         assert!(VectorPart::new(&[], &[], &[1, 2], &[1, 1], &[3]).is_err());
         assert!(VectorPart::new(&[], &[], &[1], &[2], &[3]).is_err());
+        // An earlier end past the values, the last one right (found by fuzzing).
+        let past = VectorPart::new(&[], &[], &[1, 2], &[9, 2], &[3, 4]).unwrap_err();
+        assert!(past.to_string().contains("past the 2 values"), "{past}");
         assert!(VectorPart::new(&[1], &words, &[2], &[2], &[3, 4]).is_ok());
     }
 }

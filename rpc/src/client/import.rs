@@ -9,7 +9,8 @@ use crate::wire;
 /// sent as several messages (a single vector may exceed it, in its own).
 const IMPORT_MESSAGE_BYTES: usize = 64 << 20;
 
-/// Splits an import batch into messages of about [`IMPORT_MESSAGE_BYTES`].
+/// Splits an import batch into messages of about [`IMPORT_MESSAGE_BYTES`],
+/// each of at most `wire::MAX_IMPORT_VECTORS` vectors.
 pub(super) fn import_messages(
     batch: &[(u64, VectorPart<'_>)],
 ) -> Vec<capnp::message::Builder<capnp::message::HeapAllocator>> {
@@ -20,7 +21,8 @@ pub(super) fn import_messages(
     let mut bytes = 0;
     for (vid, part) in batch {
         let part_bytes = size(part);
-        if bytes + part_bytes > IMPORT_MESSAGE_BYTES && bytes > 0 {
+        let full = groups.last().map_or(0, Vec::len) == wire::MAX_IMPORT_VECTORS as usize;
+        if (bytes + part_bytes > IMPORT_MESSAGE_BYTES && bytes > 0) || full {
             groups.push(Vec::new());
             bytes = 0;
         }

@@ -12,6 +12,7 @@ use crate::bitfold_capnp::{
     Format as WireFormat, master, move_outcome, outcome, result, update_outcome,
 };
 use crate::net::{self, Connection};
+use crate::tls::Tls;
 
 use super::{Answer, Error, Format, MoveProgress, PlacementReport, SlaveStatus};
 
@@ -53,12 +54,14 @@ pub(super) enum Call {
 /// [`Client`](super::Client) is dropped.
 pub(super) fn serve_calls(
     addr: String,
+    tls: Option<Tls>,
     mut inbox: tokio_mpsc::UnboundedReceiver<(Call, Duration)>,
     ready: mpsc::SyncSender<Result<(), Error>>,
 ) {
     let ran = net::block_on_local(async move {
         let link = Rc::new(Link {
             addr: addr.clone(),
+            tls,
             connection: RefCell::new(None),
         });
         let first = link.client().await.map(|_| ());
@@ -80,6 +83,7 @@ pub(super) fn serve_calls(
 /// The connection to the master, re-established after a failure.
 struct Link {
     addr: String,
+    tls: Option<Tls>,
     connection: RefCell<Option<Rc<Connection<master::Client>>>>,
 }
 
@@ -93,7 +97,7 @@ impl Link {
         }
         let connect = tokio::time::timeout(
             Duration::from_secs(10),
-            net::connect(&self.addr, net::Sent::default()),
+            net::connect(&self.addr, net::Sent::default(), self.tls.as_ref()),
         );
         let connection = match connect.await {
             Ok(Ok(connection)) => Rc::new(connection),
@@ -102,6 +106,12 @@ impl Link {
                 return Err(Error::Connect {
                     addr: self.addr.clone(),
                     reason: format!("{} (give it as HOST:PORT)", net::describe_io(&err)),
+                });
+            }
+            Ok(Err(err)) if net::is_handshake_failure(&err) => {
+                return Err(Error::Connect {
+                    addr: self.addr.clone(),
+                    reason: err.to_string(),
                 });
             }
             Ok(Err(err)) => return Err(self.connect_error(net::describe_io(&err))),
@@ -119,9 +129,24 @@ impl Link {
     fn lost(&self, err: capnp::Error) -> Error {
         *self.connection.borrow_mut() = None;
         match err.kind {
+            // TLS 1.3 tells a client its certificate was refused only after
+            // the handshake, so the refusal arrives as a lost connection.
+            capnp::ErrorKind::Disconnected if err.extra.contains(net::HANDSHAKE_FAILED) => {
+                Error::Connect {
+                    addr: self.addr.clone(),
+                    reason: err.extra,
+                }
+            }
             capnp::ErrorKind::Disconnected => {
                 self.connect_error(format!("connection lost ({err})"))
             }
+            // A master with TLS closes a plain connection at its first bytes.
+            capnp::ErrorKind::PrematureEndOfFile if self.tls.is_none() => Error::Connect {
+                addr: self.addr.clone(),
+                reason: "the master closed the connection without answering (if it runs with \
+                         --tls, pass --tls DIR)"
+                    .into(),
+            },
             _ => Error::Protocol(err.to_string()),
         }
     }

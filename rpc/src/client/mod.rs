@@ -42,6 +42,7 @@ pub use answer::{Answer, Format};
 pub use error::{Error, ErrorKind};
 pub use status::{MoveProgress, PlacementReport, SlaveStatus, Traffic};
 
+use crate::tls::Tls;
 use import::import_messages;
 use link::{Call, Reply, serve_calls};
 
@@ -67,12 +68,22 @@ impl fmt::Debug for Client {
 impl Client {
     /// Connects to the master at `addr` (`HOST:PORT`).
     pub fn connect(addr: &str) -> Result<Client, Error> {
+        Client::start(addr, None)
+    }
+
+    /// Connects to the master at `addr` over mutual TLS (docs/protocol.md §11):
+    /// `tls` holds the cluster's CA and this client's certificate and key.
+    pub fn connect_tls(addr: &str, tls: &Tls) -> Result<Client, Error> {
+        Client::start(addr, Some(tls.clone()))
+    }
+
+    fn start(addr: &str, tls: Option<Tls>) -> Result<Client, Error> {
         let (calls, inbox) = tokio_mpsc::unbounded_channel();
         let (ready, connected) = mpsc::sync_channel(1);
         let owned = addr.to_owned();
         let thread = thread::Builder::new()
             .name(format!("bitfold-client {addr}"))
-            .spawn(move || serve_calls(owned, inbox, ready))
+            .spawn(move || serve_calls(owned, tls, inbox, ready))
             .map_err(|e| {
                 Error::unreachable(addr, format!("cannot start the client thread: {e}"))
             })?;

@@ -87,11 +87,12 @@ pub fn run_until(
         let addr = net::local_addr(&listener)?;
         let slaves = vec![SlaveState::unknown(); layout.slaves().len()];
         let options_slaves = slaves.len();
+        let tls = options.tls.clone();
         let state = Rc::new(Master {
             options,
             catalog: RefCell::new(catalog),
             slaves: RefCell::new(slaves),
-            pool: Pool::default(),
+            pool: Pool::new(net::Sent::default(), tls.clone()),
             turn: Cell::new(0),
             journal: RefCell::new(journal),
             writes: tokio::sync::Mutex::new(()),
@@ -117,7 +118,7 @@ pub fn run_until(
         let client: master::Client = capnp_rpc::new_client_from_rc(state);
         on_ready(addr);
         tokio::select! {
-            () = net::accept_loop(listener, client.client, sent) => {}
+            () = net::accept_loop(listener, client.client, sent, tls) => {}
             () = stop => {}
         }
         Ok(())

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::{CoordinatorPolicy, PlanChoice};
 use crate::cluster::ClusterConfig;
 use crate::query::Limits;
+use crate::tls::Tls;
 
 /// How a master serves.
 #[derive(Debug, Clone)]
@@ -47,6 +48,9 @@ pub struct MasterOptions {
     /// A query taking at least this long is logged once with its plan
     /// (none by default).
     pub slow: Option<Duration>,
+    /// Mutual TLS on every link, from the DBMS and to the slaves (none by
+    /// default: plain TCP).
+    pub tls: Option<Tls>,
 }
 
 impl MasterOptions {
@@ -72,6 +76,7 @@ impl MasterOptions {
             max_query_vectors: 1 << 24,
             metrics: None,
             slow: None,
+            tls: None,
         }
     }
 

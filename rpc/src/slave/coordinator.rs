@@ -145,6 +145,7 @@ pub(crate) async fn coordinate(
     let you = params.get_you();
     let want = params.get_want()?;
     let chains = params.get_chains()?;
+    wire::at_most(chains.len(), wire::MAX_CHAINS, "chains")?;
     if params.get_plan()? == PlanKind::FanOut {
         let chains = chains
             .iter()

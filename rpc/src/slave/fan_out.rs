@@ -51,6 +51,7 @@ pub(crate) fn gather(
 ) -> capnp::Result<()> {
     let params = params.get()?;
     let terms = params.get_terms()?;
+    wire::at_most(terms.len(), wire::MAX_CHAINS, "terms")?;
     let snapshot = slave.store.snapshot();
     let mut inputs = Vec::with_capacity(terms.len() as usize);
     for term in terms.iter() {

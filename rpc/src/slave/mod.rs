@@ -28,6 +28,7 @@ use crate::bitfold_capnp::{Want, change, slave, vid_vector};
 use crate::budget::{self, Budget};
 use crate::metrics::{self, SlaveMetrics};
 use crate::net::{self, Pool};
+use crate::tls::Tls;
 use crate::wire;
 
 /// How a slave serves.
@@ -42,6 +43,8 @@ pub struct SlaveOptions {
     pub max_budget: Duration,
     /// Where to serve Prometheus metrics at `/metrics`, `HOST:PORT` (none by default).
     pub metrics: Option<String>,
+    /// Mutual TLS on every link, accepted and made (none by default: plain TCP).
+    pub tls: Option<Tls>,
 }
 
 impl SlaveOptions {
@@ -52,6 +55,7 @@ impl SlaveOptions {
             data_dir: data_dir.into(),
             max_budget: Duration::from_secs(60),
             metrics: None,
+            tls: None,
         }
     }
 }
@@ -86,7 +90,7 @@ pub fn serve_store(
         let sent = net::Sent::default();
         let slave = Rc::new(Slave {
             store,
-            pool: Pool::counting(sent.clone()),
+            pool: Pool::new(sent.clone(), options.tls.clone()),
             max_budget: options.max_budget,
             read: Cell::new(0),
             sent: sent.clone(),
@@ -99,7 +103,7 @@ pub fn serve_store(
         let client: slave::Client = capnp_rpc::new_client_from_rc(slave);
         on_ready(addr);
         tokio::select! {
-            () = net::accept_loop(listener, client.client, sent) => {}
+            () = net::accept_loop(listener, client.client, sent, options.tls.clone()) => {}
             () = stop => {}
         }
         Ok(())
@@ -303,12 +307,18 @@ impl Slave {
 }
 
 /// Validates the vectors of an import message and stores them durably.
-fn import_batch(
+pub(crate) fn import_batch(
     store: &Store,
     message: &capnp::message::Builder<capnp::message::HeapAllocator>,
 ) -> capnp::Result<Result<ImportStats, StoreError>> {
     let vectors: capnp::struct_list::Reader<'_, vid_vector::Owned> =
         message.get_root_as_reader()?;
+    wire::at_most(vectors.len(), wire::MAX_IMPORT_VECTORS, "vectors to import")?;
+    let mut parts = 0u32;
+    for vector in vectors.iter() {
+        parts = parts.saturating_add(vector.get_parts()?.len());
+    }
+    wire::at_most(parts, wire::MAX_IMPORT_PARTS, "parts of vectors to import")?;
     let mut wire_parts = Vec::new();
     for vector in vectors.iter() {
         let vid = vector.get_vid();
@@ -390,4 +400,40 @@ fn count_union(plan: &UnionPlan, inputs: &[VectorPart<'_>]) -> u64 {
             planned.with_words(&words).cardinality()
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An import message of `count` vectors, vid `i` holding bit `i`.
+    fn vectors(count: u32) -> capnp::message::Builder<capnp::message::HeapAllocator> {
+        let mut message = capnp::message::Builder::new_default();
+        let mut list = message.initn_root::<capnp::struct_list::Builder<vid_vector::Owned>>(count);
+        for i in 0..count {
+            let mut vector = list.reborrow().get(i);
+            vector.set_vid(u64::from(i));
+            let bit = bitfold_engine::VectorBuf::from_bits(vec![i]);
+            wire::write_part(vector.init_parts(1).get(0), &bit.as_part());
+        }
+        message
+    }
+
+    #[test]
+    fn an_import_over_its_bounds_is_refused_whole_and_the_next_is_stored() {
+        let store = Store::in_memory();
+        let err = import_batch(&store, &vectors(wire::MAX_IMPORT_VECTORS + 1)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("262145 vectors to import in one message"),
+            "{err}"
+        );
+        assert_eq!(
+            store.snapshot().vector_count(),
+            0,
+            "nothing of it is stored"
+        );
+        import_batch(&store, &vectors(3)).unwrap().unwrap();
+        assert_eq!(store.snapshot().vids().collect::<Vec<_>>(), [0, 1, 2]);
+    }
 }

@@ -8,13 +8,14 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bitfold_rpc::client::{Answer, Client, Format};
-use bitfold_rpc::local::LocalCluster;
+use bitfold_rpc::local::{CLIENT_TLS, LocalCluster, generate_tls};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use serde::Serialize;
 
 use super::demo::read_vectors;
 use super::import::{Action, Destination, import_paths};
+use super::load_tls;
 use super::local::numbered_cluster;
 use crate::cli::BenchArgs;
 use bitfold_workload::dataset::{self, DataSet, Shape, part_bytes};
@@ -61,9 +62,44 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     // Refuse an impossible shape before anything is started or loaded.
     dataset::queries(usize::try_from(vectors)?, shape, 0, args.seed).map_err(anyhow::Error::msg)?;
 
+    if !args.tls {
+        let (report, cluster) = measure(&args, settings, shape, &generated, false)?;
+        if args.json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            report.print(&cluster);
+        }
+        return Ok(());
+    }
+    // The same workload on the same data, plain and then with mutual TLS on
+    // every link, in this one process.
+    let (plain, plain_cluster) = measure(&args, settings, shape, &generated, false)?;
+    let (tls, tls_cluster) = measure(&args, settings, shape, &generated, true)?;
+    let comparison = TlsComparison::new(plain, tls);
+    if args.json {
+        println!("{}", serde_json::to_string(&comparison)?);
+    } else {
+        comparison.plain.print(&plain_cluster);
+        comparison.tls.print(&tls_cluster);
+        comparison.print();
+    }
+    Ok(())
+}
+
+/// Starts a local cluster (with mutual TLS on every link if `tls`) or uses
+/// `--master`, loads the data set, runs the workload; the report and a
+/// description of the cluster.
+fn measure(
+    args: &BenchArgs,
+    settings: BenchSettings,
+    shape: Shape,
+    generated: &DataSet,
+    tls: bool,
+) -> anyhow::Result<(Report, String)> {
     let dir = tempfile::tempdir().context("cannot create a directory for the local cluster")?;
     // A local cluster serves until the run ends, when it is dropped.
     let mut local = None;
+    let mut tls_folder = None;
     let (master, cluster) = match &args.master {
         Some(master) => (master.clone(), format!("the cluster at {master}")),
         None => {
@@ -73,27 +109,42 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 bail!("--group {} is not a power of two", args.group);
             }
             let (policy, plan) = (args.policy, args.plan);
-            let started = local.insert(LocalCluster::start(
+            if tls {
+                let folder = dir.path().join("tls");
+                generate_tls(&folder, &config)?;
+                tls_folder = Some(folder);
+            }
+            let started = local.insert(LocalCluster::start_tls(
                 dir.path(),
                 config,
                 "127.0.0.1:0",
+                tls_folder.as_deref(),
                 |o| {
                     o.policy = policy;
                     o.plan = plan;
                 },
             )?);
             let description = format!(
-                "a local cluster of {} slaves ({policy} coordinators, {plan} plan, group {})",
-                args.slaves, args.group,
+                "a local cluster of {} slaves ({policy} coordinators, {plan} plan, group {}{})",
+                args.slaves,
+                args.group,
+                if tls { ", mutual TLS" } else { ", plain TCP" },
             );
             (started.master_addr().to_string(), description)
         }
     };
 
-    let client = Client::connect(&master)?;
+    let client_tls = load_tls(tls_folder.map(|f| f.join(CLIENT_TLS)).as_deref())?;
+    let connect = || -> anyhow::Result<Client> {
+        Ok(match &client_tls {
+            Some(tls) => Client::connect_tls(&master, tls)?,
+            None => Client::connect(&master)?,
+        })
+    };
+    let client = connect()?;
     let catalog = match &args.data {
-        Some(dir) => load_files(dir, &master, args.skip_load)?,
-        None => load_generated(&generated, &client, args.skip_load)?,
+        Some(dir) => load_files(dir, connect()?, args.skip_load)?,
+        None => load_generated(generated, &client, args.skip_load)?,
     };
     drop(client);
 
@@ -106,12 +157,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let messages: Vec<String> = queries.iter().map(|q| q.message(&catalog.vids)).collect();
     let form = args.form;
     let bar = progress_bar(settings.limit);
-    let traffic_before = Client::connect(&master)?.traffic()?;
+    let traffic_before = connect()?.traffic()?;
     let cpu_before = process_cpu();
     let measured = harness::run(
         messages.len(),
         settings,
-        || Client::connect(&master).map_err(anyhow::Error::from),
+        connect,
         |client, i| {
             let answer = client
                 .query(&messages[i], form)
@@ -133,7 +184,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         |done| bar.set_position(done),
     )?;
     let cpu = process_cpu().saturating_sub(cpu_before);
-    let traffic = Client::connect(&master)?.traffic()?.since(traffic_before);
+    let traffic = connect()?.traffic()?.since(traffic_before);
     bar.finish_and_clear();
     if !measured.inconsistent.is_empty() {
         let i = measured.inconsistent[0];
@@ -142,7 +193,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             messages[i]
         );
     }
-    let mut report = Report::new(&args, &catalog, &measured);
+    let mut report = Report::new(args, &catalog, &measured);
     let asked = (measured.queries + settings.warmup).max(1) as f64;
     report.read_bytes_per_query = traffic.read_bytes as f64 / asked;
     report.sent_bytes_per_query = traffic.sent_bytes as f64 / asked;
@@ -150,12 +201,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         // The whole cluster runs in this process: its CPU time is the cluster's.
         report.cpu_ms_per_query = Some(cpu.as_secs_f64() * 1e3 / asked);
     }
-    if args.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        report.print(&cluster);
-    }
-    Ok(())
+    Ok((report, cluster))
 }
 
 fn check_settings(settings: &BenchSettings) -> anyhow::Result<()> {
@@ -240,10 +286,10 @@ fn count_files(dir: &Path) -> anyhow::Result<u64> {
 }
 
 /// Reads the `<vid>.roaring` files of `dir` and (unless `skip`) imports them.
-fn load_files(dir: &Path, master: &str, skip: bool) -> anyhow::Result<BenchVectors> {
+fn load_files(dir: &Path, client: Client, skip: bool) -> anyhow::Result<BenchVectors> {
     let vectors = read_vectors(dir)?;
     if !skip {
-        let destination = Destination::Master(Client::connect(master)?);
+        let destination = Destination::Master(client);
         import_paths(
             &[dir.to_path_buf()],
             bitfold_engine::import::Format::Roaring,
@@ -409,6 +455,47 @@ impl Report {
                 self.answer_bytes_per_second / 1e9,
                 self.form
             );
+        }
+    }
+}
+
+/// `bench --tls`: the same workload plain and over mutual TLS.
+#[derive(Debug, Serialize)]
+struct TlsComparison {
+    plain: Report,
+    tls: Report,
+    /// Time per query with TLS over time per query without (queries/s
+    /// plain over queries/s with TLS): 1.05 is 5% more.
+    tls_cost: f64,
+    /// CPU per query with TLS over CPU per query without.
+    tls_cpu_cost: Option<f64>,
+}
+
+impl TlsComparison {
+    fn new(plain: Report, tls: Report) -> TlsComparison {
+        let tls_cost = plain.queries_per_second / tls.queries_per_second;
+        let tls_cpu_cost = plain
+            .cpu_ms_per_query
+            .zip(tls.cpu_ms_per_query)
+            .map(|(plain, tls)| tls / plain);
+        TlsComparison {
+            plain,
+            tls,
+            tls_cost,
+            tls_cpu_cost,
+        }
+    }
+
+    fn print(&self) {
+        let percent = |ratio: f64| (ratio - 1.0) * 100.0;
+        println!(
+            "with TLS a query costs {:+.1}% time (queries/s {:.1} plain, {:.1} TLS)",
+            percent(self.tls_cost),
+            self.plain.queries_per_second,
+            self.tls.queries_per_second
+        );
+        if let Some(cpu) = self.tls_cpu_cost {
+            println!("with TLS a query costs {:+.1}% CPU", percent(cpu));
         }
     }
 }

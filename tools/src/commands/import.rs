@@ -73,8 +73,9 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     let format = resolve_format(args.format, &args.paths);
     let destination = match &args.data_dir {
         Some(dir) => Destination::Store(Store::open(dir)?),
-        None => Destination::Master(Client::connect(
+        None => Destination::Master(super::connect(
             args.master.as_deref().unwrap_or(DEFAULT_MASTER),
+            args.tls.as_deref(),
         )?),
     };
     let started = Instant::now();

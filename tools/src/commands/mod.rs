@@ -13,6 +13,11 @@ mod serve;
 mod status;
 mod up;
 
+use std::path::Path;
+
+use bitfold_rpc::client::Client;
+use bitfold_rpc::tls::Tls;
+
 use crate::cli::Command;
 
 /// Runs one command to completion.
@@ -31,4 +36,17 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Sample(args) => sample::run(args),
         Command::Bench(args) => bench::run(args),
     }
+}
+
+/// The TLS folder `--tls` names, read; none without `--tls`.
+pub fn load_tls(dir: Option<&Path>) -> anyhow::Result<Option<Tls>> {
+    Ok(dir.map(Tls::load).transpose()?)
+}
+
+/// A client of the master at `addr`, over mutual TLS with the folder `tls`.
+pub fn connect(addr: &str, tls: Option<&Path>) -> anyhow::Result<Client> {
+    Ok(match load_tls(tls)? {
+        Some(tls) => Client::connect_tls(addr, &tls)?,
+        None => Client::connect(addr)?,
+    })
 }

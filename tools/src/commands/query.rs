@@ -31,7 +31,7 @@ pub fn run(args: QueryArgs) -> anyhow::Result<()> {
         empty_answer(&args, &mut out)?;
         return Ok(out.flush()?);
     };
-    let client = Client::connect(&args.master)?;
+    let client = super::connect(&args.master, args.tls.as_deref())?;
     match args.output {
         Output::Count => {
             writeln!(out, "{}", count(&client, &query)?)?;

@@ -3,7 +3,6 @@
 
 use std::time::Instant;
 
-use bitfold_rpc::client::Client;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::RebalanceArgs;
@@ -14,7 +13,7 @@ const STEP: u32 = 512;
 
 /// Runs `bitfold rebalance`.
 pub fn run(args: RebalanceArgs) -> anyhow::Result<()> {
-    let client = Client::connect(&args.master)?;
+    let client = super::connect(&args.master, args.tls.as_deref())?;
     let started = Instant::now();
     let bar = ProgressBar::new(0);
     bar.set_style(

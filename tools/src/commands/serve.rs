@@ -13,6 +13,7 @@ use crate::cli::{MasterArgs, SlaveArgs};
 pub fn slave(args: SlaveArgs) -> anyhow::Result<()> {
     let mut options = SlaveOptions::new(args.listen, args.data_dir);
     options.metrics = args.metrics;
+    options.tls = super::load_tls(args.tls.as_deref())?;
     slave::run(options, |addr| println!("slave listening on {addr}"))?;
     Ok(())
 }
@@ -33,6 +34,7 @@ pub fn master(args: MasterArgs) -> anyhow::Result<()> {
     options.probe_interval = args.probe_interval.unwrap_or(options.probe_interval);
     options.metrics = args.metrics;
     options.slow = args.slow;
+    options.tls = super::load_tls(args.tls.as_deref())?;
     master::run(options, |addr| println!("master listening on {addr}"))
         .with_context(|| format!("the master for {} stopped", args.cluster.display()))?;
     Ok(())

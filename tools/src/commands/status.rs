@@ -3,13 +3,11 @@
 
 use std::time::SystemTime;
 
-use bitfold_rpc::client::Client;
-
 use crate::cli::StatusArgs;
 
 /// Runs `bitfold status`; succeeds whenever the master answers, whatever the slaves' state.
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let client = Client::connect(&args.master)?;
+    let client = super::connect(&args.master, args.tls.as_deref())?;
     let slaves = client.status()?;
     let now = SystemTime::now();
     println!(

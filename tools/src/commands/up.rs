@@ -1,14 +1,14 @@
 //! `bitfold up`: a whole local cluster in the foreground until Ctrl-C or SIGTERM.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bitfold_rpc::cluster::ClusterConfig;
-use bitfold_rpc::local::LocalCluster;
+use bitfold_rpc::local::{CLIENT_TLS, LocalCluster, generate_tls};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -28,10 +28,16 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
     fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create the cluster directory {}", args.dir.display()))?;
     let cluster = cluster_for(&args)?;
-    let mut local = LocalCluster::start(
+    let tls = if args.tls {
+        Some(tls_for(&args.dir, &cluster)?)
+    } else {
+        None
+    };
+    let mut local = LocalCluster::start_tls(
         &args.dir,
         cluster,
         &format!("127.0.0.1:{}", args.port),
+        tls.as_deref(),
         |options| {
             options.metrics = args.metrics.clone();
             options.slow = args.slow;
@@ -50,6 +56,12 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         println!("slave {} listening on {}", slave.name, slave.addr);
     }
     println!("master listening on {}", local.master_addr());
+    if let Some(tls) = &tls {
+        println!(
+            "mutual TLS on every link; clients pass --tls {}",
+            tls.join(CLIENT_TLS).display()
+        );
+    }
     if let Some(metrics) = &args.metrics {
         println!("master metrics at http://{metrics}/metrics");
     }
@@ -110,7 +122,17 @@ fn cluster_for(args: &UpArgs) -> anyhow::Result<ClusterConfig> {
     Ok(cluster)
 }
 
+/// The TLS folders of the cluster under `dir`: those of an earlier run
+/// with `--tls`, or new ones.
+fn tls_for(dir: &Path, cluster: &ClusterConfig) -> anyhow::Result<PathBuf> {
+    let tls = dir.join("tls");
+    if !tls.join(CLIENT_TLS).exists() {
+        generate_tls(&tls, cluster)?;
+    }
+    Ok(tls)
+}
+
 /// The cluster file of the cluster under `dir`.
-fn cluster_file(dir: &Path) -> std::path::PathBuf {
+fn cluster_file(dir: &Path) -> PathBuf {
     dir.join("cluster.toml")
 }

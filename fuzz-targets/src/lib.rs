@@ -1,0 +1,31 @@
+//! The fuzz targets of bitfold, one function per decoder: each takes the
+//! fuzzer's bytes, feeds them to the decoder, and panics if the decoder
+//! panics, disagrees with its oracle, or reports an error that points
+//! outside its input. `fuzz/` runs them under libFuzzer (nightly); the test
+//! in `tests/regressions.rs` replays every input under
+//! `fuzz/regressions/<target>/` on stable, so a fixed crash stays fixed.
+
+mod pairs;
+mod portable;
+mod query;
+mod store;
+mod wire;
+
+pub use pairs::pairs;
+pub use portable::portable;
+pub use query::query;
+pub use store::store;
+pub use wire::wire;
+
+/// A fuzz target: panics if the decoder it drives fails on `data`.
+pub type Target = fn(data: &[u8]);
+
+/// Every target by name, as `fuzz/fuzz_targets/<name>.rs` and
+/// `fuzz/regressions/<name>/` name it.
+pub const TARGETS: [(&str, Target); 5] = [
+    ("query", query),
+    ("portable", portable),
+    ("pairs", pairs),
+    ("store", store),
+    ("wire", wire),
+];

@@ -1,0 +1,178 @@
+use std::collections::BTreeMap;
+
+use bitfold_engine::Store;
+use bitfold_rpc::bitfold_capnp::{part, vid_vector};
+use bitfold_rpc::fuzzing;
+
+/// The slave's decoding of a request's vectors. The first byte picks how
+/// `data` becomes a message: even, a list of vids and parts built from the
+/// bytes (keys unsorted or repeated, containers overlapping, lengths that
+/// disagree); odd, the bytes read as a
+/// message as they come off the socket. The message's root is read both as
+/// a list of parts (a partial result) and as a list of `VidVector`s (an
+/// import): refused cleanly, or read as the bits a naive decoding of the
+/// same fields gives; an import stores exactly those bits.
+pub fn wire(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    let bytes = if mode % 2 == 0 {
+        build(rest)
+    } else {
+        rest.to_vec()
+    };
+    let Ok(message) = fuzzing::read_message(&bytes) else {
+        return;
+    };
+    if let Ok(list) = message.get_root::<capnp::struct_list::Reader<part::Owned>>() {
+        check_vector(list);
+    }
+    if let Ok(vectors) = message.get_root::<capnp::struct_list::Reader<vid_vector::Owned>>() {
+        check_import(vectors);
+    }
+}
+
+/// A list of parts is refused, or read as the union of its naive decoding.
+fn check_vector(list: capnp::struct_list::Reader<'_, part::Owned>) {
+    let Ok((bits, is_term)) = fuzzing::read_vector(list) else {
+        return;
+    };
+    let parts: Vec<Vec<u32>> = list.iter().map(|p| naive(p)).collect();
+    let mut want: Vec<u32> = parts.iter().flatten().copied().collect();
+    want.sort_unstable();
+    want.dedup();
+    assert!(bits == want, "read other bits");
+    if is_term {
+        let ranges: Vec<(u32, u32)> = parts
+            .iter()
+            .filter_map(|p| Some((*p.first()? >> 16, *p.last()? >> 16)))
+            .collect();
+        assert!(
+            ranges.windows(2).all(|w| w[0].1 < w[1].0),
+            "a term's parts ascend, key-disjoint"
+        );
+    }
+}
+
+/// An import is refused whole, or stores each vid's union of its parts.
+fn check_import(vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>) {
+    let store = Store::in_memory();
+    let Ok(Ok(())) = fuzzing::import(&store, vectors) else {
+        assert_eq!(
+            store.snapshot().vector_count(),
+            0,
+            "a refused import stores nothing"
+        );
+        return;
+    };
+    let mut want: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    for vector in vectors.iter() {
+        let parts = vector.get_parts().expect("an imported vector's parts read");
+        let bits = want.entry(vector.get_vid()).or_default();
+        bits.extend(parts.iter().flat_map(naive));
+    }
+    want.retain(|_, bits| !bits.is_empty());
+    for bits in want.values_mut() {
+        bits.sort_unstable();
+        bits.dedup();
+    }
+    let snapshot = store.snapshot();
+    let stored: Vec<u64> = snapshot.vids().collect();
+    assert!(stored.iter().eq(want.keys()), "the vids stored");
+    for (vid, bits) in &want {
+        let mut got: Vec<u32> = snapshot.parts(*vid).flat_map(|p| p.bits()).collect();
+        got.sort_unstable();
+        got.dedup();
+        assert_eq!(&got, bits, "vid {vid}");
+    }
+}
+
+/// The bits of an accepted part, from its fields read byte by byte.
+fn naive(part: part::Reader<'_>) -> Vec<u32> {
+    fn field(data: capnp::Result<&[u8]>) -> &[u8] {
+        data.expect("an accepted part's fields read")
+    }
+    let u16s = |bytes: &[u8]| -> Vec<u16> {
+        let pairs = bytes.chunks_exact(2);
+        pairs.map(|b| u16::from_le_bytes([b[0], b[1]])).collect()
+    };
+    let dense_keys = u16s(field(part.get_dense_keys()));
+    let dense_words = field(part.get_dense_words());
+    let sparse_keys = u16s(field(part.get_sparse_keys()));
+    let sparse_ends: Vec<usize> = field(part.get_sparse_ends())
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .collect();
+    let sparse_values = u16s(field(part.get_sparse_values()));
+    let mut bits = Vec::new();
+    for (i, &key) in dense_keys.iter().enumerate() {
+        let words = dense_words[i * 8192..(i + 1) * 8192].chunks_exact(8);
+        for (at, word) in words.enumerate() {
+            let mut word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+            while word != 0 {
+                bits.push(u32::from(key) << 16 | (at as u32 * 64 + word.trailing_zeros()));
+                word &= word - 1;
+            }
+        }
+    }
+    let mut start = 0;
+    for (&key, &end) in sparse_keys.iter().zip(&sparse_ends) {
+        bits.extend(
+            sparse_values[start..end]
+                .iter()
+                .map(|&low| u32::from(key) << 16 | u32::from(low)),
+        );
+        start = end;
+    }
+    bits
+}
+
+/// Serializes a list of `VidVector`s whose shape and contents `data` gives.
+fn build(data: &[u8]) -> Vec<u8> {
+    let mut input = Bytes(data);
+    let mut message = capnp::message::Builder::new_default();
+    let count = input.byte() % 5;
+    let mut vectors =
+        message.initn_root::<capnp::struct_list::Builder<vid_vector::Owned>>(u32::from(count));
+    for i in 0..count {
+        let mut vector = vectors.reborrow().get(u32::from(i));
+        vector.set_vid(u64::from(input.byte() % 4));
+        let parts_count = input.byte() % 4;
+        let mut parts = vector.init_parts(u32::from(parts_count));
+        for j in 0..parts_count {
+            let mut part = parts.reborrow().get(u32::from(j));
+            part.set_dense_keys(input.field(2, 8));
+            let containers = usize::from(input.byte() % 4);
+            let skew = usize::from(input.byte() % 3);
+            let len = (containers * 8192 + skew).saturating_sub(1);
+            let mut words = input.field(1, 255).to_vec();
+            words.resize(len, 0);
+            part.set_dense_words(&words);
+            part.set_sparse_keys(input.field(2, 8));
+            part.set_sparse_ends(input.field(4, 8));
+            part.set_sparse_values(input.field(1, 255));
+        }
+    }
+    capnp::serialize::write_message_to_words(&message)
+}
+
+/// The fuzzer's bytes, taken front to back; zeros once they run out.
+struct Bytes<'a>(&'a [u8]);
+
+impl<'a> Bytes<'a> {
+    fn byte(&mut self) -> u8 {
+        self.take(1).first().copied().unwrap_or(0)
+    }
+
+    /// A count byte (below `most`), then that many `unit`-byte values.
+    fn field(&mut self, unit: usize, most: u8) -> &'a [u8] {
+        let count = usize::from(self.byte() % most);
+        self.take(unit * count)
+    }
+
+    fn take(&mut self, len: usize) -> &'a [u8] {
+        let (taken, rest) = self.0.split_at(len.min(self.0.len()));
+        self.0 = rest;
+        taken
+    }
+}

@@ -1,0 +1,51 @@
+//! What the fuzz targets drive (cargo feature `fuzzing`, off by default):
+//! the slave's decoding of the vectors in a request, without a network.
+//!
+//! A request's vectors arrive as a list of `Part`s ([`read_vector`]: what
+//! `handle`, `coordinate` and `gather` do with a partial result) or as a list
+//! of `VidVector`s ([`import`]: what `Slave.import` does). Both read the
+//! message with the limits every connection uses ([`read_message`]).
+
+use bitfold_engine::fold::{Term, UnionPlan};
+use bitfold_engine::{Store, StoreError};
+use capnp::message::Reader;
+use capnp::serialize::OwnedSegments;
+
+use crate::bitfold_capnp::{part, vid_vector};
+use crate::wire;
+
+/// Reads `bytes` as one Cap'n Proto message (segment table first), with the
+/// traversal limit of every connection (`MAX_MESSAGE_WORDS`).
+pub fn read_message(mut bytes: &[u8]) -> capnp::Result<Reader<OwnedSegments>> {
+    capnp::serialize::read_message(&mut bytes, crate::net::reader_options())
+}
+
+/// A vector received as a list of parts, as a slave reads it: its set bits
+/// ascending (the union of its parts), and whether the parts also form a
+/// term (ascending, key-disjoint: what a chain's partial result must be).
+/// Fails as the slave would on a malformed part.
+pub fn read_vector(
+    list: capnp::struct_list::Reader<'_, part::Owned>,
+) -> capnp::Result<(Vec<u32>, bool)> {
+    let parts = wire::read_parts(list)?;
+    let views = wire::views(&parts)?;
+    let is_term = Term::new(&views).is_ok();
+    let plan = UnionPlan::new(&views);
+    let bits = plan
+        .run(&views)
+        .iter()
+        .flat_map(|buf| buf.as_part().bits().collect::<Vec<_>>())
+        .collect();
+    Ok((bits, is_term))
+}
+
+/// `Slave.import` on `vectors` (the request's list), into `store`: the
+/// request's error if it is malformed, else the store's outcome.
+pub fn import(
+    store: &Store,
+    vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
+) -> capnp::Result<Result<(), StoreError>> {
+    let mut batch = capnp::message::Builder::new_default();
+    batch.set_root(vectors)?;
+    crate::slave::import_batch(store, &batch).map(|stored| stored.map(|_| ()))
+}

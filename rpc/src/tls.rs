@@ -1,0 +1,251 @@
+//! Mutual TLS on every link (docs/protocol.md §11): a TLS folder holds the
+//! cluster's certificate authority (`ca.pem`) and one process's certificate
+//! and key (`cert.pem`, `key.pem`). [`Tls::load`] reads one; [`generate`]
+//! writes a new authority and a folder per process, as `bitfold up --tls` does.
+//!
+//! Both ends of a link present a certificate and check the other's against
+//! the CA: a server refuses a client without one, a client refuses a server
+//! whose certificate the CA did not sign. Every certificate carries the name
+//! [`SERVER_NAME`] and a client checks that name, not the address it dialled,
+//! so a folder works whatever address its process listens on.
+
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+
+/// The name every certificate of a cluster carries and every client checks.
+pub const SERVER_NAME: &str = "bitfold";
+
+/// The CA's certificate in a TLS folder.
+pub const CA_FILE: &str = "ca.pem";
+/// The process's certificate in a TLS folder.
+pub const CERT_FILE: &str = "cert.pem";
+/// The process's private key in a TLS folder.
+pub const KEY_FILE: &str = "key.pem";
+
+/// Why a TLS folder could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error(
+        "cannot read {}: {cause} (a TLS folder holds {CA_FILE}, {CERT_FILE} and {KEY_FILE}; \
+         `bitfold up --tls` writes them)",
+        path.display()
+    )]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error (part of the message, not a `source()`).
+        cause: String,
+    },
+    /// The certificate, key or CA do not make a usable configuration.
+    #[error("the certificates in {} are not usable: {cause}", dir.display())]
+    Unusable {
+        /// The folder.
+        dir: PathBuf,
+        /// What rustls said (part of the message, not a `source()`).
+        cause: String,
+    },
+    /// A new certificate could not be made.
+    #[error("cannot make a certificate: {0}")]
+    Generate(String),
+    /// A file could not be written.
+    #[error("cannot write {}: {cause}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error (part of the message, not a `source()`).
+        cause: std::io::Error,
+    },
+}
+
+/// One process's TLS configuration, both as a server and as a client; cheap to clone.
+#[derive(Clone)]
+pub struct Tls {
+    dir: PathBuf,
+    pub(crate) server: Arc<ServerConfig>,
+    pub(crate) client: Arc<ClientConfig>,
+}
+
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tls").field("dir", &self.dir).finish()
+    }
+}
+
+impl Tls {
+    /// Reads `dir/ca.pem`, `dir/cert.pem` and `dir/key.pem`.
+    pub fn load(dir: &Path) -> Result<Tls, TlsError> {
+        let read = |name: &str| {
+            let path = dir.join(name);
+            fs::read(&path).map_err(|e| TlsError::Read {
+                path,
+                cause: crate::net::describe_io(&e),
+            })
+        };
+        let pem_error = |name: &str, cause: String| TlsError::Read {
+            path: dir.join(name),
+            cause,
+        };
+        let unusable = |cause: String| TlsError::Unusable {
+            dir: dir.to_owned(),
+            cause,
+        };
+        let mut roots = RootCertStore::empty();
+        for ca in CertificateDer::pem_slice_iter(&read(CA_FILE)?) {
+            let ca = ca.map_err(|e| pem_error(CA_FILE, e.to_string()))?;
+            roots.add(ca).map_err(|e| unusable(e.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(pem_error(CA_FILE, "it holds no certificate".into()));
+        }
+        let chain = CertificateDer::pem_slice_iter(&read(CERT_FILE)?)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| pem_error(CERT_FILE, e.to_string()))?;
+        if chain.is_empty() {
+            return Err(pem_error(CERT_FILE, "it holds no certificate".into()));
+        }
+        let key = PrivateKeyDer::from_pem_slice(&read(KEY_FILE)?)
+            .map_err(|e| pem_error(KEY_FILE, e.to_string()))?;
+
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let roots = Arc::new(roots);
+        let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+            .build()
+            .map_err(|e| unusable(e.to_string()))?;
+        let server = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| unusable(e.to_string()))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain.clone(), key.clone_key())
+            .map_err(|e| unusable(e.to_string()))?;
+        let client = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| unusable(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| unusable(e.to_string()))?;
+        Ok(Tls {
+            dir: dir.to_owned(),
+            server: Arc::new(server),
+            client: Arc::new(client),
+        })
+    }
+
+    /// The folder it was read from.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The name a client checks in the server's certificate.
+    pub(crate) fn server_name() -> ServerName<'static> {
+        ServerName::try_from(SERVER_NAME).expect("SERVER_NAME is a valid DNS name")
+    }
+}
+
+/// Writes a new certificate authority to `dir/ca.pem` and, for each of
+/// `names`, a TLS folder `dir/NAME` holding a copy of it and a certificate
+/// and key it signed. The CA's own key is not kept: to add a process,
+/// generate the whole set again.
+pub fn generate(dir: &Path, names: &[&str]) -> Result<(), TlsError> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose, SanType,
+    };
+    let failed = |e: rcgen::Error| TlsError::Generate(e.to_string());
+
+    let ca_key = KeyPair::generate().map_err(failed)?;
+    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(failed)?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "bitfold cluster CA");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_pem = ca.self_signed(&ca_key).map_err(failed)?.pem();
+    let issuer = Issuer::new(ca, ca_key);
+
+    write(&dir.join(CA_FILE), &ca_pem)?;
+    for name in names {
+        let key = KeyPair::generate().map_err(failed)?;
+        let mut params =
+            CertificateParams::new(vec![SERVER_NAME.to_owned(), "localhost".to_owned()])
+                .map_err(failed)?;
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress([127, 0, 0, 1].into()));
+        params.distinguished_name.push(DnType::CommonName, *name);
+        // Strict verifiers (OpenSSL's X509_STRICT) want the issuer named by key.
+        params.use_authority_key_identifier_extension = true;
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params.signed_by(&key, &issuer).map_err(failed)?;
+        let folder = dir.join(name);
+        write(&folder.join(CA_FILE), &ca_pem)?;
+        write(&folder.join(CERT_FILE), &cert.pem())?;
+        write_private(&folder.join(KEY_FILE), &key.serialize_pem())?;
+    }
+    Ok(())
+}
+
+fn write(path: &Path, text: &str) -> Result<(), TlsError> {
+    let written = match path.parent() {
+        Some(parent) => fs::create_dir_all(parent).and_then(|()| fs::write(path, text)),
+        None => fs::write(path, text),
+    };
+    written.map_err(|cause| TlsError::Write {
+        path: path.to_owned(),
+        cause,
+    })
+}
+
+/// Writes a key readable by its owner only.
+fn write_private(path: &Path, text: &str) -> Result<(), TlsError> {
+    write(path, text)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(|cause| {
+            TlsError::Write {
+                path: path.to_owned(),
+                cause,
+            }
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_folders_load_and_a_missing_file_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        generate(dir.path(), &["master", "s0"]).unwrap();
+        let tls = Tls::load(&dir.path().join("s0")).unwrap();
+        assert_eq!(tls.dir(), dir.path().join("s0"));
+
+        fs::remove_file(dir.path().join("master").join(KEY_FILE)).unwrap();
+        let err = Tls::load(&dir.path().join("master"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("key.pem"), "{err}");
+        assert!(err.contains("bitfold up --tls"), "{err}");
+    }
+
+    #[test]
+    fn a_key_that_does_not_match_the_certificate_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        generate(dir.path(), &["a", "b"]).unwrap();
+        fs::copy(dir.path().join("b/key.pem"), dir.path().join("a/key.pem")).unwrap();
+        let err = Tls::load(&dir.path().join("a")).unwrap_err();
+        assert!(matches!(err, TlsError::Unusable { .. }), "{err}");
+    }
+}

@@ -1,0 +1,206 @@
+//! Mutual TLS (docs/protocol.md §11): a `bitfold up --tls` cluster answers
+//! TLS clients exactly, across slaves (so slave-to-slave links run TLS),
+//! and refuses every peer without a certificate signed by its CA with one
+//! clear line, on the client and in the server's log.
+
+use std::fs;
+use std::path::Path;
+
+use bitfold_rpc::client::Client;
+use bitfold_rpc::tls::{self, Tls};
+
+use crate::util::{
+    Oracle, Rng, Server, assert_answer, assert_fails_with, bitfold, free_port_block, stderr, stdout,
+};
+
+/// A cluster of `bitfold up --tls` with three slaves, and its folder.
+fn tls_cluster(dir: &Path) -> (Server, String) {
+    let port = free_port_block();
+    let args: Vec<String> = [
+        "up",
+        "--tls",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--port",
+        &port.to_string(),
+        "--slaves",
+        "3",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let up = Server::start("master", &args).expect("up --tls starts");
+    let master = up.addr.clone();
+    (up, master)
+}
+
+#[test]
+fn a_tls_cluster_answers_tls_clients_exactly_across_slaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_up, master) = tls_cluster(&dir.path().join("cluster"));
+    let client_tls = dir.path().join("cluster/tls/client");
+
+    // Vids far apart land in different placement groups, so on different
+    // slaves: a range query over them runs chains from slave to slave.
+    let mut rng = Rng(11);
+    let mut oracle = Oracle::default();
+    for vid in (0..2000).step_by(97) {
+        oracle.add(vid, (0..300).map(|_| rng.below(1 << 18) as u32));
+    }
+    let pairs = dir.path().join("v.csv");
+    oracle.write_pairs(&pairs);
+    let run = bitfold(&[
+        "import",
+        "--master",
+        &master,
+        "--tls",
+        client_tls.to_str().unwrap(),
+        pairs.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+
+    let status = bitfold(&[
+        "status",
+        "--master",
+        &master,
+        "--tls",
+        client_tls.to_str().unwrap(),
+    ]);
+    assert!(
+        stdout(&status).contains("3 of 3 slaves up"),
+        "{}",
+        stdout(&status)
+    );
+    let holders = stdout(&status)
+        .lines()
+        .filter(|line| line.starts_with('s'))
+        // `s0  ADDR  up for 3s  VECTORS ...`
+        .filter(|line| line.split_whitespace().nth(5).is_some_and(|v| v != "0"))
+        .count();
+    assert!(
+        holders >= 2,
+        "the vectors should spread: {}",
+        stdout(&status)
+    );
+
+    let client = Client::connect_tls(&master, &Tls::load(&client_tls).unwrap()).unwrap();
+    for terms in [
+        vec![(0, 2000)],
+        vec![(0, 1000), (500, 1999)],
+        vec![(97, 97)],
+    ] {
+        assert_answer(&client, &Oracle::range_query(&terms), &oracle.range(&terms));
+    }
+    let point = bitfold(&[
+        "query",
+        "--master",
+        &master,
+        "--tls",
+        client_tls.to_str().unwrap(),
+        "--output",
+        "count",
+        "P:194",
+    ]);
+    assert_eq!(
+        stdout(&point),
+        format!("{}\n", oracle.vectors[&194].len()),
+        "{}",
+        stderr(&point)
+    );
+}
+
+#[test]
+fn a_peer_without_a_certificate_of_the_cluster_ca_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster");
+    let (up, master) = tls_cluster(&cluster);
+
+    // A plain client, to the master and to a slave (every link is TLS).
+    let plain = bitfold(&["query", "--master", &master, "R:0-9"]);
+    assert_fails_with(
+        &plain,
+        5,
+        &format!(
+            "cannot reach the master at {master}: the master closed the connection without \
+             answering (if it runs with --tls, pass --tls DIR)"
+        ),
+    );
+    let slave = stdout(&bitfold(&[
+        "status",
+        "--master",
+        &master,
+        "--tls",
+        cluster.join("tls/client").to_str().unwrap(),
+    ]))
+    .lines()
+    .find(|line| line.starts_with("s0 "))
+    .and_then(|line| line.split_whitespace().nth(1).map(str::to_owned))
+    .expect("status lists s0");
+    let plain_to_slave = bitfold(&["status", "--master", &slave]);
+    assert_eq!(
+        plain_to_slave.status.code(),
+        Some(5),
+        "{}",
+        stderr(&plain_to_slave)
+    );
+
+    // Another cluster's certificates: the client refuses the master's.
+    let other = dir.path().join("other");
+    tls::generate(&other, &["client"]).unwrap();
+    let other_client = other.join("client");
+    let run = bitfold(&[
+        "query",
+        "--master",
+        &master,
+        "--tls",
+        other_client.to_str().unwrap(),
+        "R:0-9",
+    ]);
+    assert_fails_with(
+        &run,
+        5,
+        &format!(
+            "cannot reach the master at {master}: the TLS handshake failed: the server's \
+             certificate is not signed by the CA in {}",
+            other_client.display()
+        ),
+    );
+
+    // Trusting the cluster's CA but holding another CA's certificate: the
+    // master refuses the client.
+    let mixed = dir.path().join("mixed");
+    fs::create_dir(&mixed).unwrap();
+    fs::copy(cluster.join("tls/ca.pem"), mixed.join("ca.pem")).unwrap();
+    for file in ["cert.pem", "key.pem"] {
+        fs::copy(other_client.join(file), mixed.join(file)).unwrap();
+    }
+    let run = bitfold(&[
+        "query",
+        "--master",
+        &master,
+        "--tls",
+        mixed.to_str().unwrap(),
+        "R:0-9",
+    ]);
+    assert_fails_with(
+        &run,
+        5,
+        &format!(
+            "cannot reach the master at {master}: the TLS handshake failed: the server refused \
+             this certificate: it is not signed by the server's CA"
+        ),
+    );
+    let log = up.log();
+    assert!(
+        log.lines()
+            .any(|line| line.contains("refused a connection from 127.0.0.1:")
+                && line.contains("the client's certificate is not signed by the cluster's CA")),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|line| line.contains("refused a connection from 127.0.0.1:")
+                && line.contains("the client does not speak TLS")),
+        "{log}"
+    );
+}
