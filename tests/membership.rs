@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bitfold_rpc::client::{Client, Error, ErrorKind, Format};
 
-use crate::util::{Cluster, Oracle, assert_answer, stderr};
+use crate::util::{Cluster, Oracle, assert_answer, stderr, wait_until_all_up};
 
 fn load(cluster: &Cluster, seed: u64) -> Oracle {
     Oracle::load(cluster, seed, 48, 200, 100_000)
@@ -204,7 +204,20 @@ fn a_fifth_slave_is_added_and_vectors_move_onto_it_online() {
     cluster.add_slave();
     cluster.write_cluster_file(5, 2);
     assert!(!client.placement().unwrap().moving);
+    // Interrupted (the master killed) after two steps, the move resumes.
+    for _ in 0..2 {
+        assert!(!client.rebalance(8).unwrap().finished);
+    }
+    let report = client.placement().unwrap();
+    assert!(report.moving && report.misplaced > 0, "{report:?}");
+    cluster.restart_master();
+    wait_until_all_up(&cluster.client());
+    assert!(
+        cluster.client().placement().unwrap().moving,
+        "the move is recorded"
+    );
     rebalance_under_load(&cluster, &mut oracle);
+    let client = cluster.client();
     let report = client.placement().unwrap();
     assert_eq!(
         (report.moving, report.misplaced, report.under_replicated),

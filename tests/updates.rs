@@ -9,7 +9,7 @@ use std::thread;
 
 use bitfold_rpc::client::{Answer, Client, Error, ErrorKind, Format};
 
-use crate::util::{Cluster, Oracle, assert_answer, stderr, stdout};
+use crate::util::{Cluster, Oracle, assert_answer, stderr, stdout, wait_until_all_up};
 
 /// Vectors 0..40 with a few hundred random bits each, imported.
 fn loaded(cluster: &Cluster, seed: u64) -> Oracle {
@@ -99,16 +99,6 @@ fn assert_every_replica_matches(cluster: &mut Cluster, oracle: &Oracle) {
         cluster.restart_slave(i).expect("the slave restarts");
         wait_until_all_up(&cluster.client());
     }
-}
-
-fn wait_until_all_up(client: &Client) {
-    for _ in 0..600 {
-        if client.status().unwrap().iter().all(|s| s.up) {
-            return;
-        }
-        thread::sleep(std::time::Duration::from_millis(50));
-    }
-    panic!("the slaves did not all come up: {:?}", client.status());
 }
 
 #[test]

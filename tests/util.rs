@@ -395,6 +395,17 @@ pub fn words_to_bits(bytes: &[u8]) -> BTreeSet<u32> {
     bits
 }
 
+/// Waits until the master reports every slave up.
+pub fn wait_until_all_up(client: &Client) {
+    for _ in 0..600 {
+        if client.status().unwrap().iter().all(|s| s.up) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the slaves did not all come up: {:?}", client.status());
+}
+
 /// Asks `query` in all three forms and checks each against `expected`.
 pub fn assert_answer(client: &Client, query: &str, expected: &BTreeSet<u32>) {
     match client.query(query, Format::Count) {

@@ -137,16 +137,22 @@ impl Link {
                     reason: err.extra,
                 }
             }
+            // A master with TLS closes a plain connection at its first
+            // bytes: the client reads the end of the stream, or (when the
+            // close found its bytes unread) a reset.
+            capnp::ErrorKind::PrematureEndOfFile | capnp::ErrorKind::Disconnected
+                if self.tls.is_none() && ended_unanswered(&err) =>
+            {
+                Error::Connect {
+                    addr: self.addr.clone(),
+                    reason: "the master closed the connection without answering (if it runs \
+                             with --tls, pass --tls DIR)"
+                        .into(),
+                }
+            }
             capnp::ErrorKind::Disconnected => {
                 self.connect_error(format!("connection lost ({err})"))
             }
-            // A master with TLS closes a plain connection at its first bytes.
-            capnp::ErrorKind::PrematureEndOfFile if self.tls.is_none() => Error::Connect {
-                addr: self.addr.clone(),
-                reason: "the master closed the connection without answering (if it runs with \
-                         --tls, pass --tls DIR)"
-                    .into(),
-            },
             _ => Error::Protocol(err.to_string()),
         }
     }
@@ -357,4 +363,10 @@ fn update_changed(outcome: capnp::Result<update_outcome::Reader<'_>>) -> Result<
         })
     })();
     read.map_err(|e| Error::Protocol(e.to_string()))?
+}
+
+/// Whether `err` is the end of a connection the peer closed without
+/// answering: the end of the stream, or a reset.
+fn ended_unanswered(err: &capnp::Error) -> bool {
+    err.kind == capnp::ErrorKind::PrematureEndOfFile || err.extra.contains("reset by peer")
 }
