@@ -240,6 +240,26 @@ fn clear_keeps_an_empty_vector_and_delete_removes_it() {
     );
 }
 
+#[test]
+fn copies_onto_an_owner_that_holds_nothing_are_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    run(
+        dir.path(),
+        &[
+            Step::Import(vec![Op::Set(5, vec![1, 2]), Op::Set(9, vec![7])]),
+            Step::Update(vec![Op::Delete(5)]),
+            // Only creates: written as an import; the old bits of 5 stay gone.
+            Step::Update(vec![
+                Op::Replace(5, vec![3]),
+                Op::Replace(6, vec![4, 70_000]),
+            ]),
+            // Not only creates (9 exists): the general path.
+            Step::Update(vec![Op::Replace(10, vec![8]), Op::Replace(9, vec![1])]),
+            Step::Import(vec![Op::Set(5, vec![2])]),
+        ],
+    );
+}
+
 /// A vector at every 8th vid of the first block of the widest level, each
 /// with a dense container and a bit of its own (4 MiB in all: one segment
 /// of the first tier).

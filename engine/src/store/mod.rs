@@ -176,6 +176,15 @@ impl Store {
     /// error says so ([`StoreError::Compaction`]).
     pub fn import(&self, batch: &[(u64, VectorPart<'_>)]) -> Result<ImportStats, StoreError> {
         let mut next_id = self.next_id.lock().unwrap_or_else(PoisonError::into_inner);
+        self.import_locked(&mut next_id, batch)
+    }
+
+    /// [`Store::import`], the caller holding the write lock (`next_id`).
+    fn import_locked(
+        &self,
+        next_id: &mut u64,
+        batch: &[(u64, VectorPart<'_>)],
+    ) -> Result<ImportStats, StoreError> {
         let mut order: Vec<usize> = (0..batch.len())
             .filter(|&i| !batch[i].1.is_empty())
             .collect();
@@ -183,7 +192,7 @@ impl Store {
             return Ok(ImportStats::default());
         }
         order.sort_by_key(|&i| batch[i].0);
-        let id = take_id(&mut next_id);
+        let id = take_id(next_id);
         let mut writer = SegmentWriter::create(&*self.dir, id)?;
         let mut group = Vec::new();
         let (mut vids, mut ends) = (Vec::new(), Vec::new());
@@ -205,7 +214,7 @@ impl Store {
         segments.push(segment);
         self.install(segments)?;
         let merged_segments = self
-            .merge_full_tiers(&mut next_id)
+            .merge_full_tiers(next_id)
             .map_err(|e| StoreError::Compaction(Box::new(e)))?;
         Ok(ImportStats {
             vectors,

@@ -94,9 +94,24 @@ impl Store {
     /// assert_eq!(seven, [1, 3]);
     /// assert!(!snapshot.contains(8));
     /// ```
+    ///
+    /// A batch that only creates vectors (replaces, with bits, of vids that
+    /// do not exist: a repair's or a move's copies onto a new owner) is
+    /// written as an import: a `set` record of a vid that does not exist is
+    /// the whole vector, so no aggregate needs rebuilding.
     pub fn update(&self, batch: &[Update<'_>]) -> Result<UpdateStats, StoreError> {
         let mut next_id = self.next_id.lock().unwrap_or_else(PoisonError::into_inner);
         let snapshot = self.snapshot();
+        if let Some(created) = only_creates(batch, &snapshot) {
+            let stats = self.import_locked(&mut next_id, &created)?;
+            let mut changed: Vec<u64> = created.iter().map(|&(vid, _)| vid).collect();
+            changed.sort_unstable();
+            return Ok(UpdateStats {
+                changed,
+                bytes: stats.bytes,
+                merged_segments: stats.merged_segments,
+            });
+        }
         let mut states: BTreeMap<u64, (Option<VectorBuf>, Option<VectorBuf>)> = BTreeMap::new();
         for update in batch {
             let (_, now) = states.entry(update.vid()).or_insert_with(|| {
@@ -135,6 +150,27 @@ impl Store {
             merged_segments,
         })
     }
+}
+
+/// The vectors `batch` creates, when that is all it does: every update a
+/// replace with bits of a vid that does not exist, each vid once.
+fn only_creates<'a>(
+    batch: &[Update<'a>],
+    snapshot: &Snapshot,
+) -> Option<Vec<(u64, VectorPart<'a>)>> {
+    let mut created = Vec::with_capacity(batch.len());
+    for update in batch {
+        match *update {
+            Update::Replace(vid, bits) if !bits.is_empty() && !snapshot.contains(vid) => {
+                created.push((vid, bits));
+            }
+            _ => return None,
+        }
+    }
+    let mut vids: Vec<u64> = created.iter().map(|&(vid, _)| vid).collect();
+    vids.sort_unstable();
+    vids.dedup();
+    (vids.len() == created.len()).then_some(created)
 }
 
 /// Writes update segment `id`: a `base` or `deleted` record for each vid of
