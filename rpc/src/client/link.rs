@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc as tokio_mpsc;
 
 use crate::bitfold_capnp::{
-    Format as WireFormat, master, move_outcome, outcome, result, update_outcome,
+    Format as WireFormat, master, move_outcome, outcome, result, update_outcome, vid_vector,
 };
 use crate::net::{self, Connection};
 use crate::tls::Tls;
@@ -231,14 +231,7 @@ impl Link {
     ) -> Result<(), Error> {
         let connection = self.client().await?;
         let mut request = connection.client.import_request();
-        let vectors = message
-            .get_root_as_reader()
-            .map_err(|e| Error::Protocol(e.to_string()))?;
-        request
-            .get()
-            .set_vectors(vectors)
-            .map_err(|e| Error::Protocol(e.to_string()))?;
-        drop(message);
+        copy_vectors(message, |vectors| request.get().set_vectors(vectors))?;
         let response = request.send().promise.await.map_err(|e| self.lost(e))?;
         let outcome = (|| -> capnp::Result<Result<(), Error>> {
             Ok(match response.get()?.get_outcome()?.which()? {
@@ -255,14 +248,7 @@ impl Link {
     ) -> Result<u64, Error> {
         let connection = self.client().await?;
         let mut request = connection.client.clear_request();
-        let vectors = message
-            .get_root_as_reader()
-            .map_err(|e| Error::Protocol(e.to_string()))?;
-        request
-            .get()
-            .set_vectors(vectors)
-            .map_err(|e| Error::Protocol(e.to_string()))?;
-        drop(message);
+        copy_vectors(message, |vectors| request.get().set_vectors(vectors))?;
         let response = request.send().promise.await.map_err(|e| self.lost(e))?;
         update_changed(response.get().and_then(|r| r.get_outcome()))
     }
@@ -352,6 +338,18 @@ impl Link {
         })();
         slaves.map_err(|e| Error::Protocol(e.to_string()))
     }
+}
+
+/// Copies the vectors of `message` into a request with `set`, then frees
+/// the message.
+fn copy_vectors(
+    message: capnp::message::Builder<capnp::message::HeapAllocator>,
+    set: impl FnOnce(capnp::struct_list::Reader<'_, vid_vector::Owned>) -> capnp::Result<()>,
+) -> Result<(), Error> {
+    let vectors = message
+        .get_root_as_reader()
+        .map_err(|e| Error::Protocol(e.to_string()))?;
+    set(vectors).map_err(|e| Error::Protocol(e.to_string()))
 }
 
 /// The count of an update's outcome, or its error.

@@ -21,18 +21,10 @@ impl Master {
         let mut by_owner: Vec<Vec<u32>> = vec![Vec::new(); slaves];
         let mut vids = Vec::new();
         for (i, vector) in vectors.iter().enumerate() {
-            let vid = vector.get_vid();
-            let bad = |e: capnp::Error| {
-                Failure::new(
-                    ErrorKind::Internal,
-                    format!("vector {vid} is malformed: {e}"),
-                )
-            };
-            let wire_parts = wire::read_parts(vector.get_parts().map_err(bad)?).map_err(bad)?;
-            let parts = wire::views(&wire_parts).map_err(bad)?;
-            if parts.iter().all(|p| p.is_empty()) {
+            if !holds_bits(vector, ErrorKind::Internal)? {
                 continue;
             }
+            let vid = vector.get_vid();
             vids.push(vid);
             for owner in layout.write_owners(vid) {
                 by_owner[owner].push(i as u32);
@@ -128,4 +120,14 @@ impl Master {
                 ))
             })
     }
+}
+
+/// Whether `vector` of a request holds a bit, once its parts are checked;
+/// a malformed one is a failure of `kind`.
+pub(super) fn holds_bits(vector: vid_vector::Reader<'_>, kind: ErrorKind) -> Result<bool, Failure> {
+    let vid = vector.get_vid();
+    let bad = |e: capnp::Error| Failure::new(kind, format!("vector {vid} is malformed: {e}"));
+    let wire_parts = wire::read_parts(vector.get_parts().map_err(bad)?).map_err(bad)?;
+    let parts = wire::views(&wire_parts).map_err(bad)?;
+    Ok(parts.iter().any(|p| !p.is_empty()))
 }

@@ -328,8 +328,8 @@ impl master::Server for Master {
         _: master::PlacementParams,
         mut results: master::PlacementResults,
     ) -> Result<(), capnp::Error> {
-        let all = 0..self.layout().slaves().len();
-        futures::future::join_all(all.map(|i| self.probe(i))).await;
+        // Only the slaves that need it: `status` has just probed them all.
+        self.probe_round().await;
         self.placement_report(results.get().init_report());
         Ok(())
     }

@@ -65,21 +65,21 @@ impl Master {
         }
         let _writing = self.writes.lock().await;
         let layout = self.layout();
-        let wanted: Vec<(u64, usize)> = self.lacking.borrow()[index]
+        // Those another owner serves; the others wait (or are lost).
+        let vids: Vec<u64> = self.lacking.borrow()[index]
             .iter()
-            .filter_map(|&vid| {
-                let source = layout
+            .copied()
+            .filter(|&vid| {
+                layout
                     .read_owners(vid)
                     .into_iter()
-                    .find(|&o| self.serves(o, vid))?;
-                Some((vid, source))
+                    .any(|o| self.serves(o, vid))
             })
             .take(REFILL_BATCH)
             .collect();
-        if wanted.is_empty() {
+        if vids.is_empty() {
             return 0;
         }
-        let vids: Vec<u64> = wanted.iter().map(|&(vid, _)| vid).collect();
         let copies = match self.fetch_copies(&layout, &vids).await {
             Ok(copies) => copies,
             Err(failure) => {
@@ -91,9 +91,8 @@ impl Master {
             self.mark_down(index, &format!("copying vectors back to it: {reason}"));
             return 0;
         }
-        let copied = vids;
         let mut lacking = self.lacking.borrow_mut();
-        for vid in &copied {
+        for vid in &vids {
             lacking[index].remove(vid);
         }
         if lacking[index].is_empty() {
@@ -102,6 +101,6 @@ impl Master {
                 self.slave_name(index)
             );
         }
-        copied.len()
+        vids.len()
     }
 }

@@ -16,6 +16,7 @@ use std::collections::BTreeSet;
 use capnp::message::{Builder, HeapAllocator};
 
 use super::Master;
+use super::import::holds_bits;
 use super::journal::Pending;
 use super::reply::Failure;
 use crate::bitfold_capnp::{change, change_result, vid_span, vid_vector};
@@ -39,16 +40,9 @@ impl Master {
     ) -> Result<u64, Failure> {
         let mut chosen = Vec::new();
         for (i, vector) in vectors.iter().enumerate() {
-            let vid = vector.get_vid();
-            let bad = |e: capnp::Error| {
-                Failure::new(
-                    ErrorKind::BadQuery,
-                    format!("vector {vid} is malformed: {e}"),
-                )
-            };
-            let wire_parts = wire::read_parts(vector.get_parts().map_err(bad)?).map_err(bad)?;
-            let parts = wire::views(&wire_parts).map_err(bad)?;
-            if parts.iter().any(|p| !p.is_empty()) && self.catalog.borrow().contains(vid) {
+            if holds_bits(vector, ErrorKind::BadQuery)?
+                && self.catalog.borrow().contains(vector.get_vid())
+            {
                 chosen.push(i as u32);
             }
         }
