@@ -140,7 +140,8 @@ pub struct MasterArgs {
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics: Option<String>,
     /// Log (at warn level) every query that takes at least this long, with
-    /// its plan: coordinator, each term's machines, time per attempt.
+    /// its plan: coordinator, each term's machines, time per attempt, and
+    /// each machine's hop with the bytes it read and sent and its time.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub slow: Option<Duration>,
     /// Mutual TLS: DIR holds the cluster's CA (ca.pem) and this process's
@@ -167,7 +168,8 @@ pub struct UpArgs {
     /// Serve the master's Prometheus metrics at http://HOST:PORT/metrics.
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics: Option<String>,
-    /// Log (at warn level) every query that takes at least this long, with its plan.
+    /// Log (at warn level) every query that takes at least this long, with
+    /// its plan and each machine's hop (bytes read and sent, time).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub slow: Option<Duration>,
     /// Run every link with mutual TLS, writing a cluster CA and a
