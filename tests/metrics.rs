@@ -14,7 +14,7 @@ use bitfold_engine::VectorBuf;
 use bitfold_rpc::client::{Answer, Client, ErrorKind, Format};
 use bitfold_rpc::cluster::ClusterConfig;
 
-use crate::util::Server;
+use crate::util::{Server, free_port_block};
 
 /// Vectors imported: vids `0..VECTORS`, vector `v` has bits `v..v + 200`.
 const VECTORS: u64 = 24;
@@ -236,6 +236,55 @@ fn counters_move_by_exactly_the_queries_run() {
     );
     let went_down = r#"bitfold_master_slave_transitions_total{slave="s2",to="down"}"#;
     assert_eq!(value(&master_down, went_down), 1.0, "{master_down}");
+}
+
+#[test]
+fn up_serves_metrics_for_its_master_and_each_slave_on_the_ports_after() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let port = free_port_block();
+    let metrics = loop {
+        let block = free_port_block();
+        if block.abs_diff(port) >= 4 {
+            break block;
+        }
+    };
+    let args = [
+        "up",
+        "--dir",
+        &dir.path().join("cluster").display().to_string(),
+        "--port",
+        &port.to_string(),
+        "--metrics",
+        &format!("127.0.0.1:{metrics}"),
+    ]
+    .map(String::from);
+    let up = Server::start("master", &args).expect("up starts");
+    let client = connect_and_import(&up.addr);
+    assert!(count(&client, "R:0-23").expect("the query is answered") > 0);
+
+    let master = scrape(&format!("127.0.0.1:{metrics}"));
+    assert_eq!(
+        value(&master, "bitfold_master_imported_vectors_total"),
+        VECTORS as f64,
+        "{master}"
+    );
+    let slaves: Vec<String> = (1..=3)
+        .map(|i| scrape(&format!("127.0.0.1:{}", metrics + i)))
+        .collect();
+    for page in &slaves {
+        assert!(page.contains("bitfold_slave_store_vectors "), "{page}");
+        assert!(!page.contains("bitfold_master_"), "a slave's page: {page}");
+    }
+    let stored = total(&slaves, "bitfold_slave_store_vectors");
+    assert_eq!(stored, VECTORS as f64, "every vector on one slave");
+    let coordinated = total(
+        &slaves,
+        r#"bitfold_slave_requests_total{method="coordinate"}"#,
+    );
+    assert_eq!(
+        coordinated, 1.0,
+        "one slave coordinated the one range query"
+    );
 }
 
 /// The master's slow-query line for `query`, waiting (a bounded time) for

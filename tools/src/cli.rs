@@ -165,7 +165,8 @@ pub struct UpArgs {
     /// The master's port; new slaves take the ports after it.
     #[arg(long, value_name = "PORT", default_value_t = 7100)]
     pub port: u16,
-    /// Serve the master's Prometheus metrics at http://HOST:PORT/metrics.
+    /// Serve the master's Prometheus metrics at http://HOST:PORT/metrics,
+    /// and each slave's on the ports after it (slave `i` at PORT + 1 + i).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics: Option<String>,
     /// Log (at warn level) every query that takes at least this long, with
