@@ -232,10 +232,7 @@ impl Master {
                 .get()
                 .and_then(|r| r.get_hops())
                 .and_then(hop::read_all);
-            trace.hops(reported, |i| match layout.slaves().get(i) {
-                Some(slave) => slave.name.clone(),
-                None => format!("machine {i}"),
-            });
+            trace.hops(reported, layout.clone());
         }
         let reason = match answer {
             Ok(response) => match coordinator_failures(&response) {

@@ -4,12 +4,15 @@
 //! took at least [`super::MasterOptions::slow`].
 
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::bitfold_capnp::HopKind;
 use crate::client::ErrorKind;
 use crate::hop::Hop;
 use crate::metrics::{MasterMetrics, QueryKind, outcome_label};
+
+use super::layout::Layout;
 
 /// The most bytes of a query's text a slow-query line shows.
 const SHOWN_QUERY_BYTES: usize = 200;
@@ -22,8 +25,32 @@ pub(super) struct Trace {
     attempts: RefCell<Vec<String>>,
     /// When the attempt not ended yet began.
     open: Cell<Option<Instant>>,
-    /// The hops each attempt that reported any reported, described.
-    hops: RefCell<Vec<String>>,
+    /// The hops each attempt that reported any reported.
+    hops: RefCell<Vec<Reported>>,
+}
+
+/// What one attempt's coordinator reported, kept as it came: it is
+/// described only if the query is logged.
+struct Reported {
+    /// The attempt, counted from 1.
+    attempt: usize,
+    /// Its hops, or why they could not be read.
+    hops: Result<Vec<Hop>, String>,
+    /// The layout the attempt's machine table was written from.
+    layout: Rc<Layout>,
+}
+
+impl Reported {
+    fn describe(&self) -> String {
+        let described = match &self.hops {
+            Ok(hops) => describe_hops(hops, |i| match self.layout.slaves().get(i) {
+                Some(slave) => slave.name.clone(),
+                None => format!("machine {i}"),
+            }),
+            Err(err) => format!("unreadable ({err})"),
+        };
+        format!("attempt {}: {described}", self.attempt)
+    }
 }
 
 impl Trace {
@@ -50,17 +77,16 @@ impl Trace {
     }
 
     /// Records the hops the attempt begun last reported (or why they could
-    /// not be read), naming machine `i` by `name(i)`.
-    pub(super) fn hops(&self, reported: capnp::Result<Vec<Hop>>, name: impl Fn(usize) -> String) {
-        let attempt = self.attempts.borrow().len();
-        let described = match reported {
-            Ok(hops) if hops.is_empty() => return,
-            Ok(hops) => describe_hops(&hops, name),
-            Err(err) => format!("unreadable ({err})"),
-        };
-        self.hops
-            .borrow_mut()
-            .push(format!("attempt {attempt}: {described}"));
+    /// not be read), its machine table written from `layout`.
+    pub(super) fn hops(&self, reported: capnp::Result<Vec<Hop>>, layout: Rc<Layout>) {
+        if reported.as_ref().is_ok_and(Vec::is_empty) {
+            return;
+        }
+        self.hops.borrow_mut().push(Reported {
+            attempt: self.attempts.borrow().len(),
+            hops: reported.map_err(|err| err.to_string()),
+            layout,
+        });
     }
 
     /// Records how the attempt begun last ended (nothing if none is open).
@@ -107,7 +133,8 @@ impl Trace {
         let hops = if hops.is_empty() {
             "none reported".to_owned()
         } else {
-            hops.join("; ")
+            let described: Vec<String> = hops.iter().map(Reported::describe).collect();
+            described.join("; ")
         };
         tracing::warn!(
             query = %String::from_utf8_lossy(shown),
@@ -204,9 +231,13 @@ mod tests {
 
     #[test]
     fn hops_are_logged_under_the_attempt_that_reported_them() {
+        let layout = Rc::new(Layout {
+            current: crate::local::loopback(3, 1),
+            target: None,
+        });
         let trace = Trace::new();
         trace.begin("coordinator s1".into());
-        trace.hops(Ok(Vec::new()), |i| format!("s{i}"));
+        trace.hops(Ok(Vec::new()), layout.clone());
         trace.end("failed: s0 (refused)");
         trace.begin("coordinator s2".into());
         let hop = Hop {
@@ -218,11 +249,12 @@ mod tests {
             sent_bytes: 8,
             micros: 1,
         };
-        trace.hops(Ok(vec![hop]), |i| format!("s{i}"));
+        trace.hops(Ok(vec![hop, Hop { machine: 7, ..hop }]), layout);
         trace.end("answered");
-        let hops = trace.hops.borrow();
+        let hops: Vec<String> = trace.hops.borrow().iter().map(Reported::describe).collect();
         assert_eq!(hops.len(), 1, "an attempt without hops adds none: {hops:?}");
         assert!(hops[0].starts_with("attempt 2: s2 and ("), "{hops:?}");
+        assert!(hops[0].contains("machine 7 and ("), "{hops:?}");
     }
 
     #[test]
