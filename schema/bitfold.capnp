@@ -209,6 +209,29 @@ struct PendingUpdate {
   changes @2 :List(Change);   # every change, in order, for every owner
 }
 
+enum HopKind {
+  # What a machine did for a query, in a hop report.
+  handle @0;  # a hop of a term's chain: ORed its run of vids into the partial result
+  gather @1;  # its part of a fan-out: ORed its vids of every term
+  and @2;     # the coordinator's AND (or count) of the term vectors
+}
+
+struct Hop {
+  # One machine's work for one query, reported back with the answer when
+  # the call asks for it (`report`), for the master's slow-query log.
+  machine @0 :UInt32;     # the machine: an index into the query's machine table
+                          # (a `gather` reply leaves it 0; the coordinator knows whom it asked)
+  kind @1 :HopKind;
+  term @2 :UInt32;        # for a `handle` hop, its term's chain: an index into
+                          # `coordinate`'s `chains` (the coordinator sets it); else 0
+  vids @3 :UInt64;        # vids it was asked to read (0 for `and`)
+  readBytes @4 :UInt64;   # bytes of vectors it read: stored ones, or for `and` the term vectors
+  sentBytes @5 :UInt64;   # bytes of the vector (or count) it sent on: to the next
+                          # machine, the coordinator, or the master
+  micros @6 :UInt64;      # its own time, from the call's arrival (or the step's
+                          # start) until it sent on, in microseconds
+}
+
 struct FetchResult {
   union {
     vector @0 :List(Part);
@@ -222,18 +245,20 @@ struct FetchResult {
 
 interface Slave {
   handle @0 (machines :List(Machine), chain :List(MachineVecNode), partial :List(Part),
-             budgetMicros :UInt64) -> (result :QueryReturnValue);
+             budgetMicros :UInt64, report :Bool) -> (result :QueryReturnValue, hops :List(Hop));
   # Handler: ORs the leading nodes of `chain` (those on the receiver, the
   # machine of the first node) into `partial`, forwards the rest of the chain
   # to the next machine and returns its answer; answers within `budgetMicros`.
+  # With `report`, `hops` holds this hop and every hop after it, in chain order.
 
   coordinate @1 (machines :List(Machine), you :UInt32, chains :List(List(MachineVecNode)),
-                 want :Want, budgetMicros :UInt64, plan :PlanKind)
-                 -> (result :CoordinateResult);
+                 want :Want, budgetMicros :UInt64, plan :PlanKind, report :Bool)
+                 -> (result :CoordinateResult, hops :List(Hop));
   # Coordinator (`machines[you]`): gets every term's vector, by one handler
   # chain per term in parallel or by one `gather` per machine (`plan`), and
   # ANDs the term vectors (or only counts the AND); returns every failed
-  # machine.
+  # machine. With `report`, `hops` holds every hop of the query: each chain's
+  # (or each machine's gather), then the coordinator's AND.
 
   fetch @2 (vid :UInt64, want :Want) -> (result :FetchResult);
   # Point query: the vector `vid` as this slave holds it, or its count.
@@ -249,9 +274,10 @@ interface Slave {
   catalog @5 () -> (vids :Data);
   # Every vid this slave holds, ascending, as u64 little-endian.
 
-  gather @6 (terms :List(Data)) -> (result :GatherResult);
+  gather @6 (terms :List(Data), report :Bool) -> (result :GatherResult, hop :Hop);
   # Fan-out: for each term, the OR of the vectors this slave holds among
   # the term's vids (u64 little-endian, ascending), one vector per term.
+  # With `report`, `hop` says what it read and sent, and its time.
 
   update @7 (changes :List(Change)) -> (result :ChangeResult);
   # Applies every change, in order, atomically and durably; changes to

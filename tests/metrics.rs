@@ -1,17 +1,20 @@
 //! `--metrics` and `--slow` on real processes: the counters scraped over
 //! HTTP move by exactly the queries run, per kind and outcome; the slaves'
 //! byte and store counters grow; the master's slaves-up gauge follows a
-//! killed slave; a slow query is logged with its coordinator and machines.
+//! killed slave; a slow query is logged with its coordinator and machines,
+//! and in both plans with the bytes and time of each machine's hop.
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use bitfold_engine::VectorBuf;
 use bitfold_rpc::client::{Answer, Client, ErrorKind, Format};
 use bitfold_rpc::cluster::ClusterConfig;
 
-use crate::util::Server;
+use crate::util::{Server, free_port_block};
 
 /// Vectors imported: vids `0..VECTORS`, vector `v` has bits `v..v + 200`.
 const VECTORS: u64 = 24;
@@ -110,15 +113,7 @@ impl Watched {
     }
 
     fn client(&self) -> Client {
-        let client = Client::connect(&self.master.addr).expect("the master accepts a client");
-        let vectors: Vec<VectorBuf> = (0..VECTORS)
-            .map(|v| VectorBuf::from_bits((v as u32..v as u32 + 200).collect()))
-            .collect();
-        let batch: Vec<_> = (0..VECTORS)
-            .zip(vectors.iter().map(|v| v.as_part()))
-            .collect();
-        client.import(&batch).expect("the import succeeds");
-        client
+        connect_and_import(&self.master.addr)
     }
 
     fn slave_pages(&self) -> Vec<String> {
@@ -130,6 +125,19 @@ impl Watched {
         let owner = self.cluster.placement().owners(vid)[0];
         self.cluster.slaves[owner].name.clone()
     }
+}
+
+/// A client of the master at `addr`, which imports the vectors `0..VECTORS`.
+fn connect_and_import(addr: &str) -> Client {
+    let client = Client::connect(addr).expect("the master accepts a client");
+    let vectors: Vec<VectorBuf> = (0..VECTORS)
+        .map(|v| VectorBuf::from_bits((v as u32..v as u32 + 200).collect()))
+        .collect();
+    let batch: Vec<_> = (0..VECTORS)
+        .zip(vectors.iter().map(|v| v.as_part()))
+        .collect();
+    client.import(&batch).expect("the import succeeds");
+    client
 }
 
 fn count(client: &Client, query: &str) -> Result<u64, ErrorKind> {
@@ -231,17 +239,79 @@ fn counters_move_by_exactly_the_queries_run() {
 }
 
 #[test]
+fn up_serves_metrics_for_its_master_and_each_slave_on_the_ports_after() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let port = free_port_block();
+    let metrics = loop {
+        let block = free_port_block();
+        if block.abs_diff(port) >= 4 {
+            break block;
+        }
+    };
+    let args = [
+        "up",
+        "--dir",
+        &dir.path().join("cluster").display().to_string(),
+        "--port",
+        &port.to_string(),
+        "--metrics",
+        &format!("127.0.0.1:{metrics}"),
+    ]
+    .map(String::from);
+    let up = Server::start("master", &args).expect("up starts");
+    let client = connect_and_import(&up.addr);
+    assert!(count(&client, "R:0-23").expect("the query is answered") > 0);
+
+    let master = scrape(&format!("127.0.0.1:{metrics}"));
+    assert_eq!(
+        value(&master, "bitfold_master_imported_vectors_total"),
+        VECTORS as f64,
+        "{master}"
+    );
+    let slaves: Vec<String> = (1..=3)
+        .map(|i| scrape(&format!("127.0.0.1:{}", metrics + i)))
+        .collect();
+    for page in &slaves {
+        assert!(page.contains("bitfold_slave_store_vectors "), "{page}");
+        assert!(!page.contains("bitfold_master_"), "a slave's page: {page}");
+    }
+    let stored = total(&slaves, "bitfold_slave_store_vectors");
+    assert_eq!(stored, VECTORS as f64, "every vector on one slave");
+    let coordinated = total(
+        &slaves,
+        r#"bitfold_slave_requests_total{method="coordinate"}"#,
+    );
+    assert_eq!(
+        coordinated, 1.0,
+        "one slave coordinated the one range query"
+    );
+}
+
+/// The master's slow-query line for `query`, waiting (a bounded time) for
+/// the master to have written it: it logs after replying.
+fn slow_line(master: &Server, query: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = master.log();
+        let found = log
+            .lines()
+            .find(|line| line.contains("slow query") && line.contains(query));
+        if let Some(line) = found {
+            return line.to_owned();
+        }
+        assert!(Instant::now() < deadline, "no slow-query line: {log}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
 fn a_slow_query_is_logged_with_its_coordinator_and_machines() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let cluster = Watched::start(dir.path(), 2, &["--slow", "0ms", "--plan", "chain"]);
     let client = cluster.client();
     assert!(count(&client, "R:0-3&5").expect("the query is answered") > 0);
 
-    let log = cluster.master.log();
-    let line = log
-        .lines()
-        .find(|line| line.contains("slow query") && line.contains("R:0-3&5"))
-        .unwrap_or_else(|| panic!("no slow-query line: {log}"));
+    let line = slow_line(&cluster.master, "R:0-3&5");
     assert!(line.contains("coordinator s"), "{line}");
     assert!(line.contains("plan chain"), "{line}");
     assert!(line.contains("outcome=\"ok\""), "{line}");
@@ -256,4 +326,100 @@ fn a_slow_query_is_logged_with_its_coordinator_and_machines() {
         second.contains(&format!("{} (1 vid)", cluster.owner(5))),
         "{line}"
     );
+}
+
+/// One hop as a slow-query line shows it.
+#[derive(Debug)]
+struct LoggedHop {
+    machine: String,
+    /// What it did: `handle term N`, `gather` or `and`.
+    what: String,
+    vids: u64,
+    read_bytes: u64,
+}
+
+/// The hops of the first attempt of a slow-query line.
+fn hops(line: &str) -> Vec<LoggedHop> {
+    let (_, hops) = line
+        .split_once(" hops=attempt 1: ")
+        .unwrap_or_else(|| panic!("no hops of attempt 1: {line}"));
+    let hops = hops.split("; attempt ").next().expect("a first attempt");
+    let number = |n: &str| -> u64 { n.parse().unwrap_or_else(|_| panic!("{n}: {line}")) };
+    hops.trim_end()
+        .strip_suffix(')')
+        .unwrap_or_else(|| panic!("hops end with their figures: {line}"))
+        .split("), ")
+        .map(|hop| {
+            let (name, figures) = hop
+                .split_once(" (")
+                .unwrap_or_else(|| panic!("a hop without figures: {hop} in {line}"));
+            let (machine, what) = name.split_once(' ').expect("a machine and what it did");
+            let mut logged = LoggedHop {
+                machine: machine.to_owned(),
+                what: what.to_owned(),
+                vids: 0,
+                read_bytes: 0,
+            };
+            for figure in figures.split(", ") {
+                if let Some(n) = figure.strip_suffix(" vids").or(figure.strip_suffix(" vid")) {
+                    logged.vids = number(n);
+                }
+                if let Some(n) = figure
+                    .strip_prefix("read ")
+                    .and_then(|f| f.strip_suffix(" B"))
+                {
+                    logged.read_bytes = number(n);
+                }
+            }
+            logged
+        })
+        .collect()
+}
+
+#[test]
+fn a_slow_query_is_logged_with_bytes_and_time_per_hop_in_both_plans() {
+    for (plan, kind) in [("chain", "handle term"), ("fan-out", "gather")] {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let cluster = Watched::start(dir.path(), 3, &["--slow", "0ms", "--plan", plan]);
+        let client = cluster.client();
+        let query = "R:0-11&6-20";
+        assert!(count(&client, query).expect("the query is answered") > 0);
+
+        let line = slow_line(&cluster.master, query);
+        let hops = hops(&line);
+        let owners: BTreeSet<String> = (0..=20).map(|vid| cluster.owner(vid)).collect();
+        assert!(owners.len() > 1, "the query spans machines: {owners:?}");
+        for owner in &owners {
+            let read: Vec<&LoggedHop> = hops
+                .iter()
+                .filter(|hop| &hop.machine == owner && hop.what.starts_with(kind))
+                .collect();
+            assert!(!read.is_empty(), "{plan}: no {kind} hop of {owner}: {line}");
+            for hop in read {
+                assert!(
+                    hop.vids > 0 && hop.read_bytes > 0,
+                    "{plan}: {hop:?}: {line}"
+                );
+            }
+        }
+        let vids: u64 = hops.iter().map(|hop| hop.vids).sum();
+        assert_eq!(
+            vids,
+            12 + 15,
+            "{plan}: every vid of both terms read once: {line}"
+        );
+        let and = hops.last().expect("hops were logged");
+        assert_eq!(
+            and.what, "and",
+            "{plan}: the coordinator's AND ends the hops: {line}"
+        );
+        assert!(
+            and.read_bytes > 0,
+            "{plan}: the AND read the term vectors: {line}"
+        );
+        assert!(
+            line.contains(&format!("coordinator {} (", and.machine)),
+            "{plan}: the AND is the coordinator's: {line}"
+        );
+    }
 }

@@ -34,6 +34,7 @@ pub mod client;
 pub mod cluster;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+mod hop;
 pub mod local;
 pub mod master;
 mod metrics;

@@ -265,12 +265,26 @@ impl LocalCluster {
         tls: Option<&Path>,
         tune: impl FnOnce(&mut MasterOptions),
     ) -> Result<LocalCluster, Error> {
+        LocalCluster::start_tuned(root, cluster, master_listen, tls, |_, _| {}, tune)
+    }
+
+    /// Like [`LocalCluster::start_tls`], and each slave's options are
+    /// changed by `tune_slave` (given its index in the cluster file) before
+    /// it starts; a restarted slave keeps them.
+    pub fn start_tuned(
+        root: &Path,
+        cluster: ClusterConfig,
+        master_listen: &str,
+        tls: Option<&Path>,
+        mut tune_slave: impl FnMut(usize, &mut SlaveOptions),
+        tune: impl FnOnce(&mut MasterOptions),
+    ) -> Result<LocalCluster, Error> {
         let load = |name: &str| tls.map(|dir| Tls::load(&dir.join(name))).transpose();
         let mut stores = Vec::new();
         let mut slave_options = Vec::new();
         let mut slaves = Vec::new();
         let mut bound = Vec::new();
-        for entry in &cluster.slaves {
+        for (i, entry) in cluster.slaves.iter().enumerate() {
             let dir = LocalCluster::slave_dir(root, &entry.name);
             let store = Store::open(&dir).map_err(|source| Error::Failed {
                 server: format!("slave {}", entry.name),
@@ -279,6 +293,7 @@ impl LocalCluster {
             let store = Arc::new(store);
             let mut options = SlaveOptions::new(entry.addr.clone(), dir);
             options.tls = load(&entry.name)?;
+            tune_slave(i, &mut options);
             let server = Server::slave(&entry.name, store.clone(), options.clone())?;
             bound.push(SlaveEntry {
                 name: entry.name.clone(),

@@ -140,7 +140,8 @@ pub struct MasterArgs {
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics: Option<String>,
     /// Log (at warn level) every query that takes at least this long, with
-    /// its plan: coordinator, each term's machines, time per attempt.
+    /// its plan: coordinator, each term's machines, time per attempt, and
+    /// each machine's hop with the bytes it read and sent and its time.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub slow: Option<Duration>,
     /// Mutual TLS: DIR holds the cluster's CA (ca.pem) and this process's
@@ -164,10 +165,12 @@ pub struct UpArgs {
     /// The master's port; new slaves take the ports after it.
     #[arg(long, value_name = "PORT", default_value_t = 7100)]
     pub port: u16,
-    /// Serve the master's Prometheus metrics at http://HOST:PORT/metrics.
+    /// Serve the master's Prometheus metrics at http://HOST:PORT/metrics,
+    /// and each slave's on the ports after it (slave `i` at PORT + 1 + i).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics: Option<String>,
-    /// Log (at warn level) every query that takes at least this long, with its plan.
+    /// Log (at warn level) every query that takes at least this long, with
+    /// its plan and each machine's hop (bytes read and sent, time).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub slow: Option<Duration>,
     /// Run every link with mutual TLS, writing a cluster CA and a

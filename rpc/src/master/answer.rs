@@ -22,6 +22,7 @@ use crate::bitfold_capnp::{
 };
 use crate::budget::{Budget, hops, micros};
 use crate::client::ErrorKind;
+use crate::hop;
 use crate::metrics::{QueryKind, plan_label};
 use crate::net;
 use crate::query::{self, Query};
@@ -208,6 +209,8 @@ impl Master {
             return Ok(Attempt::OutOfTime);
         };
         trace.begin(self.describe_plan(coordinator, kind, &chains));
+        // Hop reports cost the slaves a little: asked for only when logged.
+        let report = self.options.slow.is_some();
         let addr = &layout.slaves()[coordinator].addr;
         let answer = self
             .pool
@@ -219,10 +222,18 @@ impl Master {
                 params.set_want(if count { Want::Count } else { Want::Vector });
                 params.set_budget_micros(micros(time.grant));
                 params.set_plan(kind);
+                params.set_report(report);
                 write_chains(params.init_chains(chains.len() as u32), &chains);
                 request.send().promise
             })
             .await;
+        if let (true, Ok(response)) = (report, &answer) {
+            let reported = response
+                .get()
+                .and_then(|r| r.get_hops())
+                .and_then(hop::read_all);
+            trace.hops(reported, layout.clone());
+        }
         let reason = match answer {
             Ok(response) => match coordinator_failures(&response) {
                 Ok(failures) if failures.is_empty() => {

@@ -15,8 +15,9 @@ use bitfold_engine::fold::{IntersectionPlan, intersection_count};
 use capnp::capability::Response;
 use capnp::message::{Builder, HeapAllocator};
 
-use crate::bitfold_capnp::{PlanKind, Want, query_return_value, slave};
+use crate::bitfold_capnp::{HopKind, PlanKind, Want, query_return_value, slave};
 use crate::budget::Budget;
+use crate::hop::{self, Hop};
 use crate::wire::{self, PartList, WirePart};
 
 use super::handler::{self, FailedMachine, Machines, Nodes, Step};
@@ -52,9 +53,18 @@ impl TermVector {
     }
 }
 
+/// Whether the master asked for hop reports, and the chain being run.
+#[derive(Clone, Copy)]
+struct Reporting {
+    /// The master asked for them.
+    on: bool,
+    /// The index of the chain (its term) in the coordinate call.
+    term: u32,
+}
+
 /// Starts a non-empty chain: runs it from here when it starts here (a
 /// chain that ends here writes its vector into `end`), else calls its
-/// first machine.
+/// first machine. With reports on, also returns the chain's hops.
 async fn start_chain(
     slave: &Slave,
     machines: Machines<'_>,
@@ -62,37 +72,50 @@ async fn start_chain(
     nodes: Nodes<'_>,
     budget: Budget,
     end: &mut impl handler::EndTarget,
-) -> capnp::Result<Step> {
-    if nodes.get(0).get_machine() == you {
-        return handler::handle_hop(slave, machines, nodes, &[], budget, end).await;
+    reporting: Reporting,
+) -> capnp::Result<(Step, Vec<Hop>)> {
+    let (step, own) = if nodes.get(0).get_machine() == you {
+        let began = reporting.on.then(Instant::now);
+        handler::handle_hop(slave, machines, nodes, &[], budget, end, began).await?
+    } else {
+        let forwarded = handler::forward(slave, machines, nodes, 0, budget, reporting.on, |_| {});
+        match forwarded.await? {
+            Ok(response) => (Step::Forwarded(response), None),
+            Err(failed) => (Step::Failed(failed), None),
+        }
+    };
+    let mut hops: Vec<Hop> = own.into_iter().collect();
+    if let (true, Step::Forwarded(response)) = (reporting.on, &step) {
+        hops.extend(hop::read_all(response.get()?.get_hops()?)?);
     }
-    Ok(
-        match handler::forward(slave, machines, nodes, 0, budget, |_| {}).await? {
-            Ok(response) => Step::Forwarded(response),
-            Err(failed) => Step::Failed(failed),
-        },
-    )
+    for hop in &mut hops {
+        hop.term = reporting.term;
+    }
+    Ok((step, hops))
 }
 
-/// The vector of one term: its chain run locally when it starts here, else by RPC.
+/// The vector of one term, and its chain's hops when reported: its chain
+/// run locally when it starts here, else by RPC.
 async fn term_vector(
     slave: &Slave,
     machines: Machines<'_>,
     you: u32,
     nodes: Nodes<'_>,
     budget: Budget,
-) -> capnp::Result<TermVector> {
+    reporting: Reporting,
+) -> capnp::Result<(TermVector, Vec<Hop>)> {
     if nodes.is_empty() {
-        return Ok(TermVector::Empty);
+        return Ok((TermVector::Empty, Vec::new()));
     }
     let mut local = Builder::new_default();
-    Ok(
-        match start_chain(slave, machines, you, nodes, budget, &mut local).await? {
-            Step::Ended => TermVector::Local(local),
-            Step::Forwarded(response) => TermVector::Remote(response),
-            Step::Failed(failed) => TermVector::Failed(failed),
-        },
-    )
+    let (step, hops) =
+        start_chain(slave, machines, you, nodes, budget, &mut local, reporting).await?;
+    let vector = match step {
+        Step::Ended => TermVector::Local(local),
+        Step::Forwarded(response) => TermVector::Remote(response),
+        Step::Failed(failed) => TermVector::Failed(failed),
+    };
+    Ok((vector, hops))
 }
 
 /// Answers a query of one term: its vector is the answer. A chain that starts
@@ -104,13 +127,22 @@ async fn answer_one_term(
     you: u32,
     nodes: Nodes<'_>,
     budget: Budget,
+    report: bool,
     mut results: slave::CoordinateResults,
 ) -> capnp::Result<()> {
     if nodes.is_empty() {
         results.get().init_result().init_vector(0);
         return Ok(());
     }
-    let step = start_chain(slave, machines, you, nodes, budget, &mut results).await?;
+    let reporting = Reporting {
+        on: report,
+        term: 0,
+    };
+    let (step, hops) =
+        start_chain(slave, machines, you, nodes, budget, &mut results, reporting).await?;
+    if report {
+        hop::write_all(results.get().init_hops(hops.len() as u32), &hops);
+    }
     let failed = match step {
         Step::Ended => return Ok(()),
         Step::Failed(failed) => failed,
@@ -144,6 +176,7 @@ pub(crate) async fn coordinate(
     let machines = params.get_machines()?;
     let you = params.get_you();
     let want = params.get_want()?;
+    let report = params.get_report();
     let chains = params.get_chains()?;
     wire::at_most(chains.len(), wire::MAX_CHAINS, "chains")?;
     if params.get_plan()? == PlanKind::FanOut {
@@ -156,20 +189,56 @@ pub(crate) async fn coordinate(
                     .collect())
             })
             .collect::<capnp::Result<Vec<Vec<(u32, u64)>>>>()?;
-        return fan_out(&slave, machines, you, &chains, want, budget, results).await;
+        let gathering = Gathering {
+            you,
+            want,
+            budget,
+            report,
+        };
+        return fan_out(&slave, machines, &chains, gathering, results).await;
     }
     if want == Want::Vector && chains.len() == 1 {
-        return answer_one_term(&slave, machines, you, chains.get(0)?, budget, results).await;
+        let nodes = chains.get(0)?;
+        return answer_one_term(&slave, machines, you, nodes, budget, report, results).await;
     }
     let mut pending = Vec::with_capacity(chains.len() as usize);
-    for nodes in chains.iter() {
-        pending.push(term_vector(&slave, machines, you, nodes?, budget));
+    for (term, nodes) in chains.iter().enumerate() {
+        let reporting = Reporting {
+            on: report,
+            term: term as u32,
+        };
+        pending.push(term_vector(
+            &slave, machines, you, nodes?, budget, reporting,
+        ));
     }
-    let outcomes: Vec<TermVector> = futures::future::join_all(pending)
-        .await
-        .into_iter()
-        .collect::<capnp::Result<_>>()?;
-    and_terms(&outcomes, want, results)
+    let mut outcomes = Vec::with_capacity(pending.len());
+    let mut hops = Vec::new();
+    for answer in futures::future::join_all(pending).await {
+        let (outcome, chain_hops) = answer?;
+        outcomes.push(outcome);
+        hops.extend(chain_hops);
+    }
+    let and = report.then_some(And { you, hops });
+    and_terms(&outcomes, want, and, results)
+}
+
+/// How the coordinator gathers in the fan-out plan.
+#[derive(Clone, Copy)]
+struct Gathering {
+    /// The coordinator's index in the machine table.
+    you: u32,
+    want: Want,
+    budget: Budget,
+    /// The master asked for hop reports.
+    report: bool,
+}
+
+/// The reports of an AND that the master asked for: the hops so far, to
+/// which the AND adds its own.
+struct And {
+    /// The coordinator's index in the machine table.
+    you: u32,
+    hops: Vec<Hop>,
 }
 
 /// The coordinator's fan-out plan (see `fan_out.rs`): the term vectors
@@ -177,15 +246,21 @@ pub(crate) async fn coordinate(
 async fn fan_out(
     slave: &Slave,
     machines: Machines<'_>,
-    you: u32,
     chains: &[Vec<(u32, u64)>],
-    want: Want,
-    budget: Budget,
+    how: Gathering,
     mut results: slave::CoordinateResults,
 ) -> capnp::Result<()> {
+    let Gathering {
+        you,
+        want,
+        budget,
+        report,
+    } = how;
+    let mut hops = report.then(Vec::new);
     let gathered = if want == Want::Vector && chains.len() == 1 {
         // One term: its vector is the answer, written straight into the reply.
-        fan_out::term_vectors(slave, machines, you, chains, budget, &mut [&mut results]).await?
+        let ends: &mut [&mut dyn handler::EndTarget] = &mut [&mut results];
+        fan_out::term_vectors(slave, machines, you, chains, budget, ends, hops.as_mut()).await?
     } else {
         let mut locals: Vec<Builder<HeapAllocator>> =
             chains.iter().map(|_| Builder::new_default()).collect();
@@ -193,14 +268,27 @@ async fn fan_out(
             .iter_mut()
             .map(|l| l as &mut dyn handler::EndTarget)
             .collect();
-        match fan_out::term_vectors(slave, machines, you, chains, budget, &mut ends).await? {
+        let gathered = fan_out::term_vectors(
+            slave,
+            machines,
+            you,
+            chains,
+            budget,
+            &mut ends,
+            hops.as_mut(),
+        );
+        match gathered.await? {
             Ok(()) => {
                 let outcomes: Vec<TermVector> = locals.into_iter().map(TermVector::Local).collect();
-                return and_terms(&outcomes, want, results);
+                let and = hops.map(|hops| And { you, hops });
+                return and_terms(&outcomes, want, and, results);
             }
             Err(failures) => Err(failures),
         }
     };
+    if let Some(hops) = &hops {
+        hop::write_all(results.get().init_hops(hops.len() as u32), hops);
+    }
     if let Err(failures) = gathered {
         write_failures(&failures, results);
     }
@@ -219,12 +307,15 @@ fn write_failures(failures: &[FailedMachine], mut results: slave::CoordinateResu
 }
 
 /// ANDs the term vectors of `outcomes` (or counts the AND) into `results`;
-/// or answers every failed machine.
+/// or answers every failed machine. With `and`, the master asked for hop
+/// reports: they go into the reply with the AND's own last.
 fn and_terms(
     outcomes: &[TermVector],
     want: Want,
+    and: Option<And>,
     mut results: slave::CoordinateResults,
 ) -> capnp::Result<()> {
+    let began = and.is_some().then(Instant::now);
     let mut wire_terms = Vec::with_capacity(outcomes.len());
     let mut failures: Vec<FailedMachine> = Vec::new();
     for outcome in outcomes {
@@ -238,21 +329,36 @@ fn and_terms(
         }
     }
     if !failures.is_empty() {
+        if let Some(and) = &and {
+            hop::write_all(results.get().init_hops(and.hops.len() as u32), &and.hops);
+        }
         write_failures(&failures, results);
         return Ok(());
     }
-    let result = results.get().init_result();
     let views: Vec<Vec<VectorPart<'_>>> = wire_terms
         .iter()
         .map(|parts| wire::views(parts))
         .collect::<capnp::Result<_>>()?;
     let terms = wire::terms(&views)?;
-    if want == Want::Count {
-        let mut result = result;
-        result.set_count(intersection_count(&terms));
-        return Ok(());
+    let sent = if want == Want::Count {
+        results
+            .get()
+            .init_result()
+            .set_count(intersection_count(&terms));
+        size_of::<u64>() as u64
+    } else {
+        let plan = IntersectionPlan::new(&terms);
+        let list = results
+            .get()
+            .init_result()
+            .init_vector(plan.parts().len() as u32);
+        wire::write_intersection(list, &plan, &terms);
+        hop::planned_bytes(plan.parts())
+    };
+    if let (Some(And { you, mut hops }), Some(began)) = (and, began) {
+        let read = views.iter().flatten().map(VectorPart::byte_len).sum();
+        hops.push(Hop::ending_now(you, HopKind::And, began, 0, read, sent));
+        hop::write_all(results.get().init_hops(hops.len() as u32), &hops);
     }
-    let plan = IntersectionPlan::new(&terms);
-    wire::write_intersection(result.init_vector(plan.parts().len() as u32), &plan, &terms);
     Ok(())
 }

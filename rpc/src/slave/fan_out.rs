@@ -8,13 +8,15 @@
 //! `m - 1` forward and as many back up, one hop after another.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use bitfold_engine::VectorPart;
 use bitfold_engine::fold::UnionPlan;
 use capnp::capability::{Promise, Response};
 
-use crate::bitfold_capnp::{gather_result, slave};
+use crate::bitfold_capnp::{HopKind, gather_result, slave};
 use crate::budget::Budget;
+use crate::hop::{self, Hop};
 use crate::wire::{self, WirePart};
 
 use super::Slave;
@@ -43,31 +45,47 @@ fn by_machine(chains: &[Vec<(u32, u64)>]) -> BTreeMap<u32, TermVids> {
     machines
 }
 
-/// `Slave.gather`: the OR of this slave's vectors of each term.
+/// `Slave.gather`: the OR of this slave's vectors of each term; with
+/// `report`, and what it read and sent (its `machine` left 0: the
+/// coordinator knows whom it asked).
 pub(crate) fn gather(
     slave: &Slave,
     params: slave::GatherParams,
     mut results: slave::GatherResults,
 ) -> capnp::Result<()> {
     let params = params.get()?;
+    let began = params.get_report().then(Instant::now);
     let terms = params.get_terms()?;
     wire::at_most(terms.len(), wire::MAX_CHAINS, "terms")?;
     let snapshot = slave.store.snapshot();
     let mut inputs = Vec::with_capacity(terms.len() as usize);
+    let (mut vids_read, mut read) = (0, 0);
     for term in terms.iter() {
         let vids = wire::vids(term?)?;
         let mut parts = Vec::with_capacity(vids.len());
-        if let Err(vid) = slave.stored_parts(&snapshot, vids.iter().copied(), &mut parts) {
-            results.get().init_result().set_missing(vid);
-            return Ok(());
+        match slave.stored_parts(&snapshot, vids.iter().copied(), &mut parts) {
+            Ok(bytes) => read += bytes,
+            Err(vid) => {
+                results.get().init_result().set_missing(vid);
+                return Ok(());
+            }
         }
+        vids_read += vids.len() as u64;
         inputs.push(parts);
     }
+    let mut sent = 0;
     let mut lists = results.get().init_result().init_terms(inputs.len() as u32);
     for (i, parts) in inputs.iter().enumerate() {
         let plan = UnionPlan::new(parts);
         let list = lists.reborrow().init(i as u32, plan.parts().len() as u32);
         wire::write_union(list, &plan, parts);
+        if began.is_some() {
+            sent += hop::planned_bytes(plan.parts());
+        }
+    }
+    if let Some(began) = began {
+        let hop = Hop::ending_now(0, HopKind::Gather, began, vids_read, read, sent);
+        hop.write(results.get().init_hop());
     }
     Ok(())
 }
@@ -80,13 +98,15 @@ enum Gathered {
     Failed(FailedMachine),
 }
 
-/// Asks `machine` for the OR of its `vids` of each term.
+/// Asks `machine` for the OR of its `vids` of each term, and for its hop
+/// report when `report`.
 async fn ask(
     slave: &Slave,
     machines: Machines<'_>,
     machine: u32,
     vids: &TermVids,
     budget: Budget,
+    report: bool,
 ) -> capnp::Result<Gathered> {
     let fail = |reason: String| {
         Ok(Gathered::Failed(FailedMachine::at(
@@ -101,6 +121,7 @@ async fn ask(
         .pool
         .call(&addr, time.wait, |client| {
             let mut request = client.gather_request();
+            request.get().set_report(report);
             let mut terms = request.get().init_terms(vids.len() as u32);
             for (i, term) in vids.iter().enumerate() {
                 terms.set(i as u32, bytemuck::cast_slice(term));
@@ -126,7 +147,9 @@ async fn ask(
 }
 
 /// The term vectors of `chains` gathered by fan-out, each written into its
-/// own message by `end`; or every machine that failed.
+/// own message by `end`; or every machine that failed. With `hops`, every
+/// machine's gather report is added to it, the coordinator's own (its
+/// vids, and the unions it wrote) last.
 pub(crate) async fn term_vectors(
     slave: &Slave,
     machines: Machines<'_>,
@@ -134,29 +157,47 @@ pub(crate) async fn term_vectors(
     chains: &[Vec<(u32, u64)>],
     budget: Budget,
     ends: &mut [&mut dyn EndTarget],
+    mut hops: Option<&mut Vec<Hop>>,
 ) -> capnp::Result<Result<(), Vec<FailedMachine>>> {
     let by_machine = by_machine(chains);
+    let report = hops.is_some();
     let asked: Vec<_> = by_machine
         .iter()
         .filter(|&(&machine, _)| machine != you)
-        .map(|(&machine, vids)| ask(slave, machines, machine, vids, budget))
+        .map(|(&machine, vids)| async move {
+            let answer = ask(slave, machines, machine, vids, budget, report).await;
+            (machine, answer)
+        })
         .collect();
     let answers = futures::future::join_all(asked).await;
+    let began = report.then(Instant::now);
     let snapshot = slave.store.snapshot();
     let mut own: Vec<Vec<VectorPart<'_>>> = vec![Vec::new(); chains.len()];
     let mut failures = Vec::new();
+    let (mut own_vids, mut own_read) = (0, 0);
     if let Some(vids) = by_machine.get(&you) {
         for (term, vids) in vids.iter().enumerate() {
-            if let Err(vid) = slave.stored_parts(&snapshot, vids.iter().copied(), &mut own[term]) {
-                let reason = format!("it does not hold vector {vid}, which the catalog lists");
-                failures.push(FailedMachine::at(machines, you, reason)?);
+            match slave.stored_parts(&snapshot, vids.iter().copied(), &mut own[term]) {
+                Ok(bytes) => own_read += bytes,
+                Err(vid) => {
+                    let reason = format!("it does not hold vector {vid}, which the catalog lists");
+                    failures.push(FailedMachine::at(machines, you, reason)?);
+                }
             }
+            own_vids += vids.len() as u64;
         }
     }
     let mut responses = Vec::new();
-    for answer in answers {
+    for (machine, answer) in answers {
         match answer? {
-            Gathered::Terms(response) => responses.push(response),
+            Gathered::Terms(response) => {
+                if let Some(hops) = hops.as_deref_mut() {
+                    let mut hop = Hop::read(response.get()?.get_hop()?)?;
+                    hop.machine = machine;
+                    hops.push(hop);
+                }
+                responses.push(response);
+            }
             Gathered::Failed(failed) => failures.push(failed),
         }
     }
@@ -173,11 +214,19 @@ pub(crate) async fn term_vectors(
             remote[term].extend(wire::read_parts(list?)?);
         }
     }
+    let mut sent = 0;
     for (term, end) in ends.iter_mut().enumerate() {
         let mut inputs = std::mem::take(&mut own[term]);
         inputs.extend(wire::views(&remote[term])?);
         let plan = UnionPlan::new(&inputs);
         wire::write_union(end.init_vector(plan.parts().len() as u32), &plan, &inputs);
+        if report {
+            sent += hop::planned_bytes(plan.parts());
+        }
+    }
+    if let (Some(hops), Some(began)) = (hops, began) {
+        let hop = Hop::ending_now(you, HopKind::Gather, began, own_vids, own_read, sent);
+        hops.push(hop);
     }
     Ok(Ok(()))
 }

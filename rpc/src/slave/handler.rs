@@ -9,14 +9,16 @@
 //! next machine's reply is returned up as it is: the term's vector, or the
 //! machine that failed further down.
 
+use std::cell::Cell;
 use std::time::Instant;
 
 use bitfold_engine::VectorPart;
 use bitfold_engine::fold::UnionPlan;
 use capnp::capability::{Promise, Response};
 
-use crate::bitfold_capnp::{machine, machine_vec_node, part, query_return_value, slave};
+use crate::bitfold_capnp::{HopKind, machine, machine_vec_node, part, slave};
 use crate::budget::{Budget, hops, micros};
+use crate::hop::{self, Hop};
 use crate::wire;
 
 use super::Slave;
@@ -106,7 +108,8 @@ impl EndTarget for capnp::message::Builder<capnp::message::HeapAllocator> {
 
 /// Runs the chain `nodes` from this machine (the first node's) on, with the
 /// incoming `partial` result. When the chain ends here, the vector is
-/// written into `end`.
+/// written into `end`. With `report` (when the hop began), also returns
+/// this hop's report, its time ending when it sent its vector on.
 pub(crate) async fn handle_hop(
     slave: &Slave,
     machines: Machines<'_>,
@@ -114,7 +117,8 @@ pub(crate) async fn handle_hop(
     partial: &[VectorPart<'_>],
     budget: Budget,
     end: &mut impl EndTarget,
-) -> capnp::Result<Step> {
+    report: Option<Instant>,
+) -> capnp::Result<(Step, Option<Hop>)> {
     if nodes.is_empty() {
         return Err(wire::failed("a handler was sent an empty chain"));
     }
@@ -123,29 +127,51 @@ pub(crate) async fn handle_hop(
     let snapshot = slave.store.snapshot();
     let mut inputs: Vec<VectorPart<'_>> = partial.to_vec();
     let vids = nodes.iter().take(run as usize).map(|n| n.get_vid());
-    if let Err(vid) = slave.stored_parts(&snapshot, vids, &mut inputs) {
-        let reason = format!("it does not hold vector {vid}, which the catalog lists");
-        return Ok(Step::Failed(FailedMachine::at(machines, here, reason)?));
-    }
+    let read = match slave.stored_parts(&snapshot, vids, &mut inputs) {
+        Ok(read) => read,
+        Err(vid) => {
+            let reason = format!("it does not hold vector {vid}, which the catalog lists");
+            let failed = FailedMachine::at(machines, here, reason)?;
+            return Ok((Step::Failed(failed), None));
+        }
+    };
     let plan = UnionPlan::new(&inputs);
+    let sent = Cell::new(None);
+    let report_sent = || {
+        sent.set(report.map(|began| {
+            let bytes = hop::planned_bytes(plan.parts());
+            Hop::ending_now(here, HopKind::Handle, began, run.into(), read, bytes)
+        }));
+    };
     if run == nodes.len() {
         wire::write_union(end.init_vector(plan.parts().len() as u32), &plan, &inputs);
-        return Ok(Step::Ended);
+        report_sent();
+        return Ok((Step::Ended, sent.get()));
     }
-    let answer = forward(slave, machines, nodes, run, budget, |mut params| {
-        let list = params.reborrow().init_partial(plan.parts().len() as u32);
-        wire::write_union(list, &plan, &inputs)
-    })
+    let answer = forward(
+        slave,
+        machines,
+        nodes,
+        run,
+        budget,
+        report.is_some(),
+        |mut params| {
+            let list = params.reborrow().init_partial(plan.parts().len() as u32);
+            wire::write_union(list, &plan, &inputs);
+            report_sent();
+        },
+    )
     .await?;
-    Ok(match answer {
+    let step = match answer {
         Ok(response) => Step::Forwarded(response),
         Err(failed) => Step::Failed(failed),
-    })
+    };
+    Ok((step, sent.get()))
 }
 
 /// Calls `Slave.handle` on the machine of `nodes[from]` with the rest of the
 /// chain from there and the partial result `write_partial` writes into the
-/// request; a
+/// request, asking for hop reports when `report`; a
 /// machine that cannot be reached or does not answer in time is reported
 /// as failed.
 pub(crate) async fn forward(
@@ -154,6 +180,7 @@ pub(crate) async fn forward(
     nodes: Nodes<'_>,
     from: u32,
     budget: Budget,
+    report: bool,
     write_partial: impl FnOnce(slave::handle_params::Builder<'_>),
 ) -> capnp::Result<Result<Response<slave::handle_results::Owned>, FailedMachine>> {
     let next = nodes.get(from).get_machine();
@@ -178,6 +205,7 @@ pub(crate) async fn forward(
                     copy.set_vid(node.get_vid());
                 }
                 params.set_budget_micros(micros(time.grant));
+                params.set_report(report);
                 write_partial(params);
                 Ok(())
             })();
@@ -204,23 +232,32 @@ pub(crate) async fn handle(
     let budget = slave.budget(arrived, params.get_budget_micros());
     let wire_parts = wire::read_parts(params.get_partial()?)?;
     let partial = wire::views(&wire_parts)?;
-    let step = handle_hop(
+    let report = params.get_report().then_some(arrived);
+    let (step, own) = handle_hop(
         &slave,
         params.get_machines()?,
         params.get_chain()?,
         &partial,
         budget,
         &mut results,
+        report,
     )
     .await?;
+    let mut hops: Vec<Hop> = own.into_iter().collect();
     match step {
         Step::Ended => {}
         Step::Forwarded(response) => {
             // The one copy of the return path: the next machine's reply into ours.
-            let answer: query_return_value::Reader<'_> = response.get()?.get_result()?;
-            results.get().set_result(answer)?;
+            let reply = response.get()?;
+            results.get().set_result(reply.get_result()?)?;
+            if report.is_some() {
+                hops.extend(hop::read_all(reply.get_hops()?)?);
+            }
         }
         Step::Failed(failed) => failed.write(results.get().init_result().init_failed_machine()),
+    }
+    if report.is_some() {
+        hop::write_all(results.get().init_hops(hops.len() as u32), &hops);
     }
     Ok(())
 }

@@ -274,13 +274,14 @@ impl Slave {
     /// Appends to `out` parts whose union is the union of the vectors
     /// `vids` (in any order, repeats allowed) as `snapshot` holds them:
     /// range aggregates where they cover a block, single vectors elsewhere.
-    /// Counts the bytes read; fails with the first vid it holds no part of.
+    /// Counts the bytes read and returns them; fails with the first vid it
+    /// holds no part of.
     pub(crate) fn stored_parts<'s>(
         &self,
         snapshot: &'s Snapshot,
         vids: impl IntoIterator<Item = u64>,
         out: &mut Vec<VectorPart<'s>>,
-    ) -> Result<(), u64> {
+    ) -> Result<u64, u64> {
         let mut vids: Vec<u64> = vids.into_iter().collect();
         vids.sort_unstable();
         vids.dedup();
@@ -290,7 +291,7 @@ impl Slave {
         let cover = snapshot.cover(&vids);
         self.read.set(self.read.get() + cover.stats.bytes);
         out.extend(cover.parts);
-        Ok(())
+        Ok(cover.stats.bytes)
     }
 
     /// The `/metrics` page: what it counted, and its store as it is now.

@@ -33,13 +33,18 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    let mut local = LocalCluster::start_tls(
+    let metrics = match &args.metrics {
+        Some(first) => metrics_addrs(first, cluster.slaves.len())?,
+        None => Vec::new(),
+    };
+    let mut local = LocalCluster::start_tuned(
         &args.dir,
         cluster,
         &format!("127.0.0.1:{}", args.port),
         tls.as_deref(),
+        |i, options| options.metrics = metrics.get(i + 1).cloned(),
         |options| {
-            options.metrics = args.metrics.clone();
+            options.metrics = metrics.first().cloned();
             options.slow = args.slow;
         },
     )?;
@@ -62,8 +67,11 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
             tls.join(CLIENT_TLS).display()
         );
     }
-    if let Some(metrics) = &args.metrics {
-        println!("master metrics at http://{metrics}/metrics");
+    if let Some((master, slaves)) = metrics.split_first() {
+        println!("master metrics at http://{master}/metrics");
+        for (slave, addr) in cluster.slaves.iter().zip(slaves) {
+            println!("slave {} metrics at http://{addr}/metrics", slave.name);
+        }
     }
     println!("press Ctrl-C to stop");
 
@@ -132,7 +140,63 @@ fn tls_for(dir: &Path, cluster: &ClusterConfig) -> anyhow::Result<PathBuf> {
     Ok(tls)
 }
 
+/// Where each server serves its metrics, given `--metrics HOST:PORT`: the
+/// master at `HOST:PORT`, then slave `i` (in cluster file order) at
+/// `HOST:(PORT + 1 + i)`.
+fn metrics_addrs(first: &str, slaves: usize) -> anyhow::Result<Vec<String>> {
+    let (host, port) = first
+        .rsplit_once(':')
+        .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+        .with_context(|| format!("--metrics {first}: give HOST:PORT, e.g. 127.0.0.1:9100"))?;
+    if port == 0 {
+        bail!(
+            "--metrics {first}: `bitfold up` needs a fixed port, since its slaves serve \
+             their metrics on the ports after it"
+        );
+    }
+    (0..=slaves)
+        .map(|i| {
+            let port = u16::try_from(i)
+                .ok()
+                .and_then(|i| port.checked_add(i))
+                .with_context(|| {
+                    format!("--metrics {first}: {slaves} slaves need the ports after it; pick a lower one")
+                })?;
+            Ok(format!("{host}:{port}"))
+        })
+        .collect()
+}
+
 /// The cluster file of the cluster under `dir`.
 fn cluster_file(dir: &Path) -> PathBuf {
     dir.join("cluster.toml")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_slave_serves_metrics_on_a_port_after_the_masters() {
+        let addrs = metrics_addrs("127.0.0.1:9100", 3).unwrap();
+        assert_eq!(
+            addrs,
+            [
+                "127.0.0.1:9100",
+                "127.0.0.1:9101",
+                "127.0.0.1:9102",
+                "127.0.0.1:9103"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_metrics_port_that_leaves_no_room_for_the_slaves_is_refused() {
+        let err = metrics_addrs("127.0.0.1:65534", 3).unwrap_err().to_string();
+        assert!(err.contains("pick a lower one"), "{err}");
+        let err = metrics_addrs("127.0.0.1:0", 3).unwrap_err().to_string();
+        assert!(err.contains("needs a fixed port"), "{err}");
+        let err = metrics_addrs("9100", 3).unwrap_err().to_string();
+        assert!(err.contains("give HOST:PORT"), "{err}");
+    }
 }

@@ -1,0 +1,106 @@
+//! Hop reports: what each machine did for one query (the vids it read,
+//! the bytes it read and sent on, its own time), returned with the answer
+//! when the master asks (`report`), for its slow-query log
+//! (docs/protocol.md §10). Without `report` nothing is measured or sent.
+
+use std::time::Instant;
+
+use bitfold_engine::fold::PlannedPart;
+
+use crate::bitfold_capnp::{HopKind, hop};
+use crate::budget::micros;
+
+/// A list of hops on the wire.
+pub(crate) type HopList<'a> = capnp::struct_list::Reader<'a, hop::Owned>;
+
+/// One machine's work for one query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Hop {
+    /// The machine, as an index into the query's machine table.
+    pub(crate) machine: u32,
+    /// What it did.
+    pub(crate) kind: HopKind,
+    /// For a `handle` hop, the index of its term's chain; else 0.
+    pub(crate) term: u32,
+    /// Vids it was asked to read.
+    pub(crate) vids: u64,
+    /// Bytes of vectors it read.
+    pub(crate) read_bytes: u64,
+    /// Bytes of the vector (or count) it sent on.
+    pub(crate) sent_bytes: u64,
+    /// Its own time, in microseconds.
+    pub(crate) micros: u64,
+}
+
+impl Hop {
+    /// A hop of `kind` by `machine` that began at `began` and ends now.
+    pub(crate) fn ending_now(
+        machine: u32,
+        kind: HopKind,
+        began: Instant,
+        vids: u64,
+        read_bytes: u64,
+        sent_bytes: u64,
+    ) -> Hop {
+        Hop {
+            machine,
+            kind,
+            term: 0,
+            vids,
+            read_bytes,
+            sent_bytes,
+            micros: micros(began.elapsed()),
+        }
+    }
+
+    /// Reads one from the wire.
+    pub(crate) fn read(reader: hop::Reader<'_>) -> capnp::Result<Hop> {
+        Ok(Hop {
+            machine: reader.get_machine(),
+            kind: reader.get_kind()?,
+            term: reader.get_term(),
+            vids: reader.get_vids(),
+            read_bytes: reader.get_read_bytes(),
+            sent_bytes: reader.get_sent_bytes(),
+            micros: reader.get_micros(),
+        })
+    }
+
+    /// Writes it to the wire.
+    pub(crate) fn write(&self, mut builder: hop::Builder<'_>) {
+        builder.set_machine(self.machine);
+        builder.set_kind(self.kind);
+        builder.set_term(self.term);
+        builder.set_vids(self.vids);
+        builder.set_read_bytes(self.read_bytes);
+        builder.set_sent_bytes(self.sent_bytes);
+        builder.set_micros(self.micros);
+    }
+}
+
+/// Reads every hop of `list`.
+pub(crate) fn read_all(list: HopList<'_>) -> capnp::Result<Vec<Hop>> {
+    list.iter().map(Hop::read).collect()
+}
+
+/// Writes `hops` into `list` (of their length).
+pub(crate) fn write_all(mut list: capnp::struct_list::Builder<'_, hop::Owned>, hops: &[Hop]) {
+    for (i, hop) in hops.iter().enumerate() {
+        hop.write(list.reborrow().get(i as u32));
+    }
+}
+
+/// Bytes of the vector a fold planned as `parts` writes (words, keys, ends
+/// and values, as [`bitfold_engine::VectorPart::byte_len`] counts them).
+pub(crate) fn planned_bytes(parts: &[PlannedPart]) -> u64 {
+    parts
+        .iter()
+        .map(|p| {
+            (p.dense_word_count() * 8
+                + size_of_val(p.dense_keys())
+                + size_of_val(p.sparse_keys())
+                + size_of_val(p.sparse_ends())
+                + size_of_val(p.sparse_values())) as u64
+        })
+        .sum()
+}
