@@ -240,6 +240,14 @@ struct FetchResult {
   }
 }
 
+struct FetchedCopies {
+  # A reply of `fetchMany`: the first `answered` vids asked, each either in
+  # `vectors` (in the order asked) or in `missing` (not held here).
+  answered @0 :UInt32;
+  vectors @1 :List(VidVector);
+  missing @2 :Data;           # u64 little-endian, ascending
+}
+
 # ---------------------------------------------------------------------------
 # The slave interface: what the master and other slaves call.
 
@@ -282,4 +290,10 @@ interface Slave {
   update @7 (changes :List(Change)) -> (result :ChangeResult);
   # Applies every change, in order, atomically and durably; changes to
   # vectors this slave does not hold change nothing.
+
+  fetchMany @8 (vids :Data, maxBytes :UInt64) -> (copies :FetchedCopies);
+  # Copies for a move or a refill: the vectors `vids` (u64 little-endian,
+  # at most 65,536) as this slave holds them, in the order asked, until
+  # the reply holds `maxBytes` of vector data (cut to 64 MiB; at least one
+  # vector). Ask again with the vids after `answered` for the rest.
 }

@@ -297,3 +297,44 @@ fn a_slave_replaced_by_a_new_machine_is_refilled() {
     wait_until_placed(&client, &held);
     assert_each_slave_can_fail(&mut cluster, &oracle, &held);
 }
+
+#[test]
+fn an_import_that_failed_on_an_owner_is_copied_back_before_it_serves_those_vectors() {
+    let mut cluster = Cluster::start(2, 2);
+    let mut oracle = load(&cluster, 27);
+    let client = cluster.client();
+    // The master believes s1 is up until a call to it fails: this import of
+    // new bits into existing vectors is stored by s0 only.
+    cluster.kill_slave(1);
+    let added: Vec<(u64, bitfold_engine::VectorBuf)> = (0..48u64)
+        .map(|vid| {
+            let bits = vec![150_000 + vid as u32, 200_000];
+            (vid, bitfold_engine::VectorBuf::from_bits(bits))
+        })
+        .collect();
+    let batch: Vec<_> = added.iter().map(|(vid, v)| (*vid, v.as_part())).collect();
+    match client.import(&batch) {
+        Err(Error::Query {
+            kind: ErrorKind::Unavailable,
+            ..
+        }) => {}
+        other => panic!("an import an owner missed: {other:?}"),
+    }
+    for vid in 0..48u64 {
+        oracle.add(vid, [150_000 + vid as u32, 200_000]);
+    }
+    // s0 serves them meanwhile; s1 is back without the import's bits.
+    assert_all(&client, &oracle);
+    cluster.restart_slave(1).expect("s1 restarts");
+    for _ in 0..1200 {
+        let status = client.status().unwrap();
+        if status.iter().all(|s| s.up) && client.placement().unwrap().under_replicated == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(client.placement().unwrap().under_replicated, 0);
+    // s1 alone answers with the import's bits: they were copied back to it.
+    cluster.kill_slave(0);
+    assert_all(&client, &oracle);
+}

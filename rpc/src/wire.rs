@@ -103,6 +103,13 @@ pub(crate) const MAX_IMPORT_PARTS: u32 = 1 << 20;
 /// The most chains (terms) one query carries: a query's most terms.
 pub(crate) const MAX_CHAINS: u32 = 10_000;
 
+/// The most vids one `fetchMany` asks for (a move or refill asks in rounds).
+pub(crate) const MAX_FETCH_VIDS: u32 = 1 << 16;
+
+/// The most bytes of vectors one `fetchMany` reply holds (plus the vector
+/// that reaches it): a larger `maxBytes` is cut to it.
+pub(crate) const MAX_FETCH_BYTES: u64 = 64 << 20;
+
 /// Refuses a list of `len` `what`s longer than `most`, naming the bound.
 pub(crate) fn at_most(len: u32, most: u32, what: &str) -> capnp::Result<()> {
     if len > most {

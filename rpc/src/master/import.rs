@@ -101,6 +101,19 @@ impl Master {
             }
         }
         if !down.is_empty() {
+            // Vectors that already existed may now differ between the owners
+            // that stored the import and those that failed: the latter are
+            // read for them only once they have been copied back.
+            let catalog = self.catalog.borrow();
+            for &owner in &down {
+                let stale = by_owner[owner].iter().map(|&i| vectors.get(i).get_vid());
+                let stale = stale.filter(|&vid| {
+                    catalog.contains(vid)
+                        && layout.read_owners(vid).iter().any(|o| !down.contains(o))
+                });
+                self.note_failed_write(owner, stale.collect::<Vec<_>>());
+            }
+            drop(catalog);
             let failure = self.unavailable(
                 format!(
                     "the import was not recorded: every owner must store it ({}); \

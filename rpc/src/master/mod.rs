@@ -14,6 +14,7 @@
 //! queries planned before it (`in_flight`).
 
 mod answer;
+mod copy;
 mod import;
 mod in_flight;
 mod journal;
@@ -210,8 +211,9 @@ impl Master {
             .map(|&i| match &states[i].reason {
                 Some(reason) => format!("{} is down: {reason}", self.slave_name(i)),
                 None if !lacking[i].is_empty() => format!(
-                    "{} is up but lacks {} of its vectors (lost with its data; they are \
-                     copied back from other owners where one holds them)",
+                    "{} is up but lacks {} of its vectors (lost with its data, or missing \
+                     the bits of an import that failed on it; they are copied back from \
+                     other owners where one holds them)",
                     self.slave_name(i),
                     lacking[i].len()
                 ),

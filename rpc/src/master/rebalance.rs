@@ -16,14 +16,12 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use capnp::capability::{Promise, Response};
-
 use super::Master;
+use super::copy::{CopyError, read_changed};
 use super::layout::Layout;
 use super::recorded::{self, Move};
 use super::reply::Failure;
 use super::slaves::SlaveState;
-use crate::bitfold_capnp::{Want, change_result, fetch_result, slave};
 use crate::client::ErrorKind;
 use crate::cluster::ClusterConfig;
 
@@ -141,78 +139,26 @@ impl Master {
         }
         let mut progress = Progress::default();
         for (owner, vids) in to {
-            let copies = self.fetch_copies(layout, &vids).await?;
-            progress.copied_bytes += copies
-                .iter()
-                .map(|(_, r)| {
-                    r.get()
-                        .map_or(0, |r| r.total_size().map_or(0, |s| s.word_count * 8))
-                })
-                .sum::<u64>();
-            self.send_copies(owner, &copies).await.map_err(|reason| {
-                self.mark_down(owner, &reason);
-                self.unavailable(
-                    format!(
-                        "the move could not copy vectors to {}",
-                        self.slave_name(owner)
-                    ),
-                    &[owner],
-                )
-            })?;
-            progress.copied += copies.len() as u64;
+            let copied =
+                self.copy_vectors(layout, owner, &vids)
+                    .await
+                    .map_err(|err| match err {
+                        CopyError::Fetch(failure) => failure,
+                        CopyError::Send(reason) => {
+                            self.mark_down(owner, &reason);
+                            self.unavailable(
+                                format!(
+                                    "the move could not copy vectors to {}: {reason}",
+                                    self.slave_name(owner)
+                                ),
+                                &[owner],
+                            )
+                        }
+                    })?;
+            progress.copied += copied.vectors;
+            progress.copied_bytes += copied.bytes;
         }
         Ok(progress)
-    }
-
-    /// Fetches each of `vids` from an owner that serves it.
-    pub(super) async fn fetch_copies(
-        &self,
-        layout: &Layout,
-        vids: &[u64],
-    ) -> Result<Vec<(u64, Response<slave::fetch_results::Owned>)>, Failure> {
-        let fetches = vids.iter().map(|&vid| async move {
-            let owners = layout.read_owners(vid);
-            let Some(source) = owners.iter().copied().find(|&o| self.serves(o, vid)) else {
-                return Err(self.unavailable(
-                    format!("no live owner holds vector {vid} to copy it from"),
-                    &owners,
-                ));
-            };
-            let addr = &layout.slaves()[source].addr;
-            self.pool
-                .call(addr, self.options.rpc_timeout, |client| {
-                    let mut request = client.fetch_request();
-                    request.get().set_vid(vid);
-                    request.get().set_want(Want::Vector);
-                    request.send().promise
-                })
-                .await
-                .map(|response| (vid, response))
-                .map_err(|reason| {
-                    self.mark_down(source, &reason);
-                    self.unavailable(format!("vector {vid} could not be read"), &[source])
-                })
-        });
-        futures::future::join_all(fetches)
-            .await
-            .into_iter()
-            .collect()
-    }
-
-    /// Replaces each vector of `copies` on slave `owner` by its copy.
-    pub(super) async fn send_copies(
-        &self,
-        owner: usize,
-        copies: &[(u64, Response<slave::fetch_results::Owned>)],
-    ) -> Result<(), String> {
-        let addr = self.layout().slaves()[owner].addr.clone();
-        let response = self
-            .pool
-            .call(&addr, self.options.import_timeout, |client| {
-                write_copies(client, copies)
-            })
-            .await?;
-        read_changed(&response)
     }
 
     /// Makes `target` the layout queries read from, then deletes the copies
@@ -234,9 +180,17 @@ impl Master {
                 }
             }
         }
+        tracing::info!(
+            "every vector is copied and read under the new layout; removing the copies no \
+             owner needs from {} slaves",
+            surplus.len()
+        );
+        let deletes = surplus.iter().map(|(&owner, vids)| async move {
+            (owner, vids, self.send_deletes(old, owner, vids).await)
+        });
         let mut removed = 0;
-        for (owner, vids) in surplus {
-            match self.send_deletes(old, owner, &vids).await {
+        for (owner, vids, deleted) in futures::future::join_all(deletes).await {
+            match deleted {
                 Ok(()) => removed += vids.len() as u64,
                 Err(reason) => tracing::warn!(
                     "{} keeps {} copies it no longer owns ({reason}); they are never read",
@@ -307,52 +261,5 @@ impl Master {
     ) -> Result<(), Failure> {
         write(&**self.catalog.borrow().directory())
             .map_err(|e| Failure::internal(format!("the master could not record the move: {e}")))
-    }
-}
-
-/// The `update` call replacing each vector of `copies` by the copy fetched.
-pub(super) fn write_copies(
-    client: slave::Client,
-    copies: &[(u64, Response<slave::fetch_results::Owned>)],
-) -> Promise<Response<slave::update_results::Owned>, capnp::Error> {
-    let mut request = client.update_request();
-    let mut list = request.get().init_changes(copies.len() as u32);
-    for (i, (vid, response)) in copies.iter().enumerate() {
-        let mut change = list.reborrow().get(i as u32);
-        change.set_vid(*vid);
-        let copied = response
-            .get()
-            .and_then(|r| r.get_result())
-            .and_then(|r| Ok(r.which()?))
-            .and_then(|result| match result {
-                fetch_result::Vector(parts) => change.set_replace(parts?),
-                // Deleted since it was listed: nothing to copy.
-                fetch_result::NotFound(()) => {
-                    change.set_delete(());
-                    Ok(())
-                }
-                fetch_result::Count(_) => Err(capnp::Error::failed("a count came back".into())),
-            });
-        if let Err(err) = copied {
-            return Promise::err(err);
-        }
-    }
-    Promise::from_future(request.send().promise)
-}
-
-/// The outcome of an `update` call.
-pub(super) fn read_changed(
-    response: &Response<slave::update_results::Owned>,
-) -> Result<(), String> {
-    let result = response
-        .get()
-        .and_then(|r| r.get_result())
-        .and_then(|r| Ok(r.which()?))
-        .map_err(|e| format!("it answered a malformed message: {e}"))?;
-    match result {
-        change_result::Changed(_) => Ok(()),
-        change_result::Error(text) => Err(text
-            .and_then(|t| Ok(t.to_string()?))
-            .unwrap_or_else(|e| format!("it answered a malformed message: {e}"))),
     }
 }

@@ -6,7 +6,9 @@
 //! When a slave's catalog is merged (`probe`), the master compares it with
 //! what the slave owns: the vids it lacks are kept per slave and excluded
 //! when planning queries, so the slave neither flaps nor answers empty for
-//! them. The refill copies each lacking vector from a live owner that holds
+//! them. An import that failed on an owner but was stored by another makes
+//! the vectors it touched that already existed lacking on the owner that
+//! failed, too: it may hold them without the import's bits. The refill copies each lacking vector from a live owner that holds
 //! it, exactly as it is (a `replace`), under the write lock, so no import or
 //! update falls between the read and the copy. With no other copy (for
 //! example `replicas = 1`), the vector stays lacking and queries needing it
@@ -16,6 +18,7 @@ use std::collections::BTreeSet;
 use std::rc::Rc;
 
 use super::Master;
+use super::copy::CopyError;
 
 /// The most vectors copied to a slave in one call.
 const REFILL_BATCH: usize = 256;
@@ -32,15 +35,22 @@ pub(super) async fn refill_loop(master: Rc<Master>) {
 
 impl Master {
     /// Notes which vectors slave `index` owns but does not hold (`held`:
-    /// every vid it holds, ascending).
+    /// every vid it holds, ascending). Those noted before (a write that
+    /// failed on it) stay noted until they are copied back.
     pub(super) fn note_lacking(&self, index: usize, held: &[u64]) {
         let layout = self.layout();
-        let lacking: BTreeSet<u64> = self
-            .catalog
-            .borrow()
+        let noted = std::mem::take(&mut self.lacking.borrow_mut()[index]);
+        let catalog = self.catalog.borrow();
+        let lacking: BTreeSet<u64> = catalog
             .range(0, u64::MAX)
             .filter(|&v| held.binary_search(&v).is_err() && layout.read_owners(v).contains(&index))
+            .chain(
+                noted
+                    .into_iter()
+                    .filter(|&v| catalog.contains(v) && layout.write_owners(v).contains(&index)),
+            )
             .collect();
+        drop(catalog);
         if !lacking.is_empty() {
             tracing::warn!(
                 "slave {} lacks {} of the vectors it owns: they are served by their other \
@@ -50,6 +60,25 @@ impl Master {
             );
         }
         self.lacking.borrow_mut()[index] = lacking;
+    }
+
+    /// Notes that slave `index` may hold `vids` otherwise than their other
+    /// owners (an import failed on it, and may have stored any part of
+    /// it): until they are copied back to it from an owner that stored the
+    /// write, it is not read for them.
+    pub(super) fn note_failed_write(&self, index: usize, vids: impl IntoIterator<Item = u64>) {
+        let mut lacking = self.lacking.borrow_mut();
+        let before = lacking[index].len();
+        lacking[index].extend(vids);
+        let noted = lacking[index].len() - before;
+        drop(lacking);
+        if noted > 0 {
+            tracing::warn!(
+                "slave {} may differ from the other owners on {noted} vectors of a failed \
+                 import: they are served by those owners and copied back to it",
+                self.slave_name(index)
+            );
+        }
     }
 
     /// Whether slave `index` may serve vector `vid`: it is up and holds it.
@@ -80,16 +109,16 @@ impl Master {
         if vids.is_empty() {
             return 0;
         }
-        let copies = match self.fetch_copies(&layout, &vids).await {
-            Ok(copies) => copies,
-            Err(failure) => {
+        match self.copy_vectors(&layout, index, &vids).await {
+            Ok(_) => {}
+            Err(CopyError::Fetch(failure)) => {
                 tracing::warn!("refilling {}: {}", self.slave_name(index), failure.message);
                 return 0;
             }
-        };
-        if let Err(reason) = self.send_copies(index, &copies).await {
-            self.mark_down(index, &format!("copying vectors back to it: {reason}"));
-            return 0;
+            Err(CopyError::Send(reason)) => {
+                self.mark_down(index, &format!("copying vectors back to it: {reason}"));
+                return 0;
+            }
         }
         let mut lacking = self.lacking.borrow_mut();
         for vid in &vids {

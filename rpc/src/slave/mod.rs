@@ -7,9 +7,12 @@
 //!   counts) the term vectors into its reply.
 //! - the fan-out plan (`fan_out.rs`): the coordinator gathers each machine's OR of its vids
 //!   of every term in one round trip, instead of a chain per term.
+//! - the batch fetch (`fetch_many.rs`): many vectors per reply, for a move's or a refill's
+//!   copies.
 
 pub(crate) mod coordinator;
 pub(crate) mod fan_out;
+pub(crate) mod fetch_many;
 pub(crate) mod handler;
 
 use std::cell::Cell;
@@ -235,6 +238,15 @@ impl slave::Server for Slave {
             Err(err) => result.set_error(format!("the slave could not apply the update: {err}")),
         }
         Ok(())
+    }
+
+    fn fetch_many(
+        self: capnp::capability::Rc<Self>,
+        params: slave::FetchManyParams,
+        results: slave::FetchManyResults,
+    ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        self.metrics.request("fetchMany");
+        std::future::ready(fetch_many::fetch_many(&self, params, results))
     }
 
     fn health(
