@@ -298,15 +298,15 @@ enum Role {
 }
 
 /// A failed TLS handshake, in words: what the peer did wrong, or what it
-/// said this end did wrong. `dir` is this end's TLS folder, if it has one.
-fn handshake_failure(err: &std::io::Error, role: Role, dir: Option<&std::path::Path>) -> String {
+/// said this end did wrong. `ca` is the CA file this end trusts, if known.
+fn handshake_failure(err: &std::io::Error, role: Role, ca: Option<&std::path::Path>) -> String {
     use rustls::{AlertDescription as Alert, CertificateError, Error as TlsError};
     let peer = match role {
         Role::Client => "the server",
         Role::Server => "the client",
     };
-    let ca = match dir {
-        Some(dir) => format!("the CA in {}", dir.display()),
+    let ca = match ca {
+        Some(ca) => format!("the CA in {}", ca.display()),
         None => "the cluster's CA".to_owned(),
     };
     let Some(cause) = err.get_ref().and_then(|e| e.downcast_ref::<TlsError>()) else {
@@ -467,7 +467,7 @@ pub(crate) async fn connect<C: FromClientHook>(
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(err)) => {
-                    let why = handshake_failure(&err, Role::Client, Some(tls.dir()));
+                    let why = handshake_failure(&err, Role::Client, Some(tls.ca()));
                     return Err(handshake_error(why));
                 }
                 Err(_) => {
