@@ -5,7 +5,8 @@
 //! facade) runs a current-thread tokio runtime with a `LocalSet`. Every
 //! connection, both ends, sets `TCP_NODELAY` and raises the reader's
 //! traversal limit to [`MAX_MESSAGE_WORDS`]: the default 64 MiB would reject
-//! a large vector and tear down the whole connection.
+//! a large vector and tear down the whole connection. A message announced
+//! over that bound is refused before it is read, naming the bound.
 //!
 //! With a [`Tls`] configuration, every connection, accepted or made, is
 //! wrapped in mutual TLS before Cap'n Proto sees it (docs/protocol.md §11);
@@ -31,6 +32,8 @@ use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 use crate::bitfold_capnp::slave;
 use crate::tls::Tls;
+
+mod bounded;
 
 /// The largest message read, in 8-byte words (1 GiB): a vector with every
 /// bit set is 512 MiB of dense words in parts, plus its keys.
@@ -277,7 +280,7 @@ fn network(
     sent: Sent,
 ) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
     Box::new(twoparty::VatNetwork::new(
-        futures::io::BufReader::new(reader.compat()),
+        futures::io::BufReader::new(bounded::Bounded::new(reader).compat()),
         futures::io::BufWriter::with_capacity(
             WRITE_BUFFER,
             Counted {
