@@ -10,6 +10,7 @@ mod cli;
 mod cluster;
 mod failures;
 mod index;
+mod limits;
 mod membership;
 mod metrics;
 mod sample;

@@ -7,7 +7,8 @@ use std::fs;
 use std::path::Path;
 
 use bitfold_rpc::client::Client;
-use bitfold_rpc::tls::{self, Tls};
+use bitfold_rpc::cluster::ClusterFile;
+use bitfold_rpc::tls::{self, Files, Tls};
 
 use crate::util::{
     Oracle, Rng, Server, assert_answer, assert_fails_with, bitfold, free_port_block, stderr, stdout,
@@ -34,6 +35,22 @@ fn tls_cluster(dir: &Path) -> (Server, String) {
     (up, master)
 }
 
+/// Imports `oracle`'s vectors through `bitfold import --tls TLS`, as a
+/// pairs file written in `dir`.
+fn import_over_tls(master: &str, tls: &Path, oracle: &Oracle, dir: &Path) {
+    let pairs = dir.join("v.csv");
+    oracle.write_pairs(&pairs);
+    let run = bitfold(&[
+        "import",
+        "--master",
+        master,
+        "--tls",
+        tls.to_str().unwrap(),
+        pairs.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+}
+
 #[test]
 fn a_tls_cluster_answers_tls_clients_exactly_across_slaves() {
     let dir = tempfile::tempdir().unwrap();
@@ -47,17 +64,7 @@ fn a_tls_cluster_answers_tls_clients_exactly_across_slaves() {
     for vid in (0..2000).step_by(97) {
         oracle.add(vid, (0..300).map(|_| rng.below(1 << 18) as u32));
     }
-    let pairs = dir.path().join("v.csv");
-    oracle.write_pairs(&pairs);
-    let run = bitfold(&[
-        "import",
-        "--master",
-        &master,
-        "--tls",
-        client_tls.to_str().unwrap(),
-        pairs.to_str().unwrap(),
-    ]);
-    assert!(run.status.success(), "{}", stderr(&run));
+    import_over_tls(&master, &client_tls, &oracle, dir.path());
 
     let status = bitfold(&[
         "status",
@@ -82,6 +89,10 @@ fn a_tls_cluster_answers_tls_clients_exactly_across_slaves() {
         "the vectors should spread: {}",
         stdout(&status)
     );
+
+    // `up --tls` names the master's files in the cluster file.
+    let file = ClusterFile::load(&dir.path().join("cluster/cluster.toml")).unwrap();
+    assert_eq!(file.tls, Some(Files::in_folder(Path::new("tls/master"))));
 
     let client = Client::connect_tls(&master, &Tls::load(&client_tls).unwrap()).unwrap();
     for terms in [
@@ -162,7 +173,7 @@ fn a_peer_without_a_certificate_of_the_cluster_ca_is_refused_clearly() {
         &format!(
             "cannot reach the master at {master}: the TLS handshake failed: the server's \
              certificate is not signed by the CA in {}",
-            other_client.display()
+            other_client.join("ca.pem").display()
         ),
     );
 
@@ -203,4 +214,100 @@ fn a_peer_without_a_certificate_of_the_cluster_ca_is_refused_clearly() {
                 && line.contains("the client does not speak TLS")),
         "{log}"
     );
+}
+
+#[test]
+fn the_master_takes_its_certificates_from_the_cluster_file_unless_given_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    tls::generate(&certs, &["master", "s0", "s1", "client"]).unwrap();
+    let slave = |name: &str| {
+        let args: Vec<String> = [
+            "slave",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            dir.path().join(name).to_str().unwrap(),
+            "--tls",
+            certs.join(name).to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        Server::start("slave", &args).expect("a TLS slave starts")
+    };
+    let slaves = [slave("s0"), slave("s1")];
+    let cluster_file = dir.path().join("cluster.toml");
+    let write_cluster = |key: &str| {
+        let mut text = String::from("group = 1\n");
+        for (i, slave) in slaves.iter().enumerate() {
+            text.push_str(&format!(
+                "[[slaves]]\nname = \"s{i}\"\naddr = \"{}\"\n",
+                slave.addr
+            ));
+        }
+        // Relative to the cluster file's folder.
+        text.push_str(&format!(
+            "[tls]\nca = \"certs/ca.pem\"\ncert = \"certs/master/cert.pem\"\nkey = \"{key}\"\n"
+        ));
+        fs::write(&cluster_file, text).unwrap();
+    };
+    let master_args = |extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["master", "--listen", "127.0.0.1:0", "--cluster"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.push(cluster_file.display().to_string());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+
+    // A key the cluster file names that is not there: the master says which
+    // file, and where it was named.
+    write_cluster("certs/master/nokey.pem");
+    let missing = certs.join("master/nokey.pem");
+    let run = bitfold(
+        &master_args(&[])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(run.status.code(), Some(1), "{}", stderr(&run));
+    let error = stderr(&run);
+    assert!(
+        error.starts_with("error: ")
+            && error.contains(&format!("cannot read {}", missing.display()))
+            && error.contains(&format!(
+                "cannot use the TLS files the [tls] table of the cluster file {} names",
+                cluster_file.display()
+            )),
+        "{error}"
+    );
+    // `--tls DIR` wins over the table.
+    let master = Server::start(
+        "master",
+        &master_args(&["--tls", certs.join("master").to_str().unwrap()]),
+    )
+    .expect("the master starts with --tls");
+    let client_tls = Tls::load(&certs.join("client")).unwrap();
+    let client = Client::connect_tls(&master.addr, &client_tls).unwrap();
+    assert_eq!(client.status().unwrap().len(), 2);
+    drop(client);
+    drop(master);
+
+    // With the right key the master runs TLS on every link from the file.
+    write_cluster("certs/master/key.pem");
+    let master = Server::start("master", &master_args(&[])).expect("the master starts");
+    let client = Client::connect_tls(&master.addr, &client_tls).unwrap();
+    crate::util::wait_until_all_up(&client);
+    let mut oracle = Oracle::default();
+    let mut rng = Rng(12);
+    for vid in 0..20u64 {
+        oracle.add(vid, (0..100).map(|_| rng.below(1 << 16) as u32));
+    }
+    import_over_tls(&master.addr, &certs.join("client"), &oracle, dir.path());
+    assert_answer(&client, "R:0-19", &oracle.range(&[(0, 19)]));
+    assert_answer(&client, "R:0-9&5-19", &oracle.range(&[(0, 9), (5, 19)]));
+    let plain = bitfold(&["query", "--master", &master.addr, "R:0-9"]);
+    assert_eq!(plain.status.code(), Some(5), "{}", stderr(&plain));
 }

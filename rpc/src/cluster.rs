@@ -1,5 +1,6 @@
 //! The cluster file (docs/protocol.md §4): the slaves in placement order and the number
-//! of copies of every vector.
+//! of copies of every vector, and optionally the master's certificate files
+//! (docs/protocol.md §11).
 //!
 //! ```toml
 //! replicas = 2                 # copies of every vector; default 1
@@ -10,6 +11,10 @@
 //! [[slaves]]
 //! name = "s1"
 //! addr = "127.0.0.1:7102"
+//! [tls]                        # optional: mutual TLS, paths relative to this file
+//! ca = "tls/ca.pem"
+//! cert = "tls/master/cert.pem"
+//! key = "tls/master/key.pem"
 //! ```
 
 use std::collections::HashSet;
@@ -18,6 +23,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::placement::Placement;
+use crate::tls::Files;
 
 /// The slaves of a cluster, in file order (the order placement uses).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,22 +90,72 @@ pub enum ConfigError {
     },
 }
 
-impl ClusterConfig {
-    /// Reads and validates a cluster file.
-    pub fn load(path: &Path) -> Result<ClusterConfig, ConfigError> {
+/// A whole cluster file: the cluster, and the `[tls]` table if it has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterFile {
+    /// The slaves and how vectors are placed on them.
+    pub cluster: ClusterConfig,
+    /// The `[tls]` table: the master's certificate files, as the file
+    /// writes them (relative to its folder unless absolute; see
+    /// [`Files::relative_to`]). The master uses them when given no `--tls DIR`.
+    pub tls: Option<Files>,
+}
+
+impl ClusterFile {
+    /// Reads and validates a cluster file, `[tls]` table included.
+    pub fn load(path: &Path) -> Result<ClusterFile, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
             path: path.to_owned(),
             cause,
         })?;
-        let config: ClusterConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        let parse_error = |e: toml::de::Error| ConfigError::Parse {
             path: path.to_owned(),
             message: e.to_string().trim_end().replace('\n', " "),
-        })?;
-        config.validate().map_err(|message| ConfigError::Invalid {
+        };
+        let mut table: toml::Table = toml::from_str(&text).map_err(parse_error)?;
+        let tls = table.remove("tls");
+        // Without a `[tls]` table the text is read as the cluster directly,
+        // so that an error in it gives its line and column.
+        let cluster: ClusterConfig = match tls {
+            None => toml::from_str(&text),
+            Some(_) => table.try_into(),
+        }
+        .map_err(parse_error)?;
+        let tls = tls
+            .map(|tls| {
+                tls.try_into::<Files>().map_err(|e| ConfigError::Invalid {
+                    path: path.to_owned(),
+                    message: format!(
+                        "[tls]: {} (it names `ca`, `cert` and `key`, paths of PEM files)",
+                        e.to_string().trim_end().replace('\n', " ")
+                    ),
+                })
+            })
+            .transpose()?;
+        cluster.validate().map_err(|message| ConfigError::Invalid {
             path: path.to_owned(),
             message,
         })?;
-        Ok(config)
+        Ok(ClusterFile { cluster, tls })
+    }
+
+    /// The cluster file text: the cluster, then the `[tls]` table.
+    pub fn to_toml(&self) -> String {
+        let mut text = self.cluster.to_toml();
+        if let Some(tls) = &self.tls {
+            let table = toml::to_string(tls).expect("paths of TLS files always serialise");
+            text.push_str("\n[tls]\n");
+            text.push_str(&table);
+        }
+        text
+    }
+}
+
+impl ClusterConfig {
+    /// Reads and validates a cluster file (its `[tls]` table is checked and
+    /// left to [`ClusterFile::load`]).
+    pub fn load(path: &Path) -> Result<ClusterConfig, ConfigError> {
+        ClusterFile::load(path).map(|file| file.cluster)
     }
 
     /// Checks what a cluster needs: at least one slave, names and addresses
@@ -198,6 +254,40 @@ mod tests {
         assert_eq!(config.slaves[1].addr, "localhost:7102");
         assert_eq!(load_text(&config.to_toml()).unwrap(), config);
         assert_eq!(load_text(TWO).unwrap().replicas, 1);
+    }
+
+    #[test]
+    fn a_tls_table_names_files_relative_to_the_cluster_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.toml");
+        let text = format!(
+            "{TWO}[tls]\nca = \"tls/ca.pem\"\ncert = \"tls/m/cert.pem\"\nkey = \"/etc/k.pem\"\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        let file = ClusterFile::load(&path).unwrap();
+        let tls = file.tls.clone().expect("a [tls] table");
+        let found = tls.relative_to(dir.path());
+        assert_eq!(found.ca, dir.path().join("tls/ca.pem"));
+        assert_eq!(found.cert, dir.path().join("tls/m/cert.pem"));
+        assert_eq!(found.key, Path::new("/etc/k.pem"));
+        // The cluster is read as without the table, and written back whole.
+        assert_eq!(file.cluster, load_text(TWO).unwrap());
+        assert_eq!(ClusterConfig::load(&path).unwrap(), file.cluster);
+        std::fs::write(&path, file.to_toml()).unwrap();
+        assert_eq!(ClusterFile::load(&path).unwrap(), file);
+    }
+
+    #[test]
+    fn a_tls_table_without_its_files_is_refused() {
+        invalid(
+            &format!("{TWO}[tls]\nca = \"ca.pem\"\n"),
+            "[tls]: missing field `cert`",
+        );
+        invalid(
+            &format!("{TWO}[tls]\nca = \"a\"\ncert = \"b\"\nkey = \"c\"\nkye = \"d\"\n"),
+            "unknown field `kye`",
+        );
+        invalid(&format!("tls = 3\n{TWO}"), "[tls]: ");
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! facade) runs a current-thread tokio runtime with a `LocalSet`. Every
 //! connection, both ends, sets `TCP_NODELAY` and raises the reader's
 //! traversal limit to [`MAX_MESSAGE_WORDS`]: the default 64 MiB would reject
-//! a large vector and tear down the whole connection.
+//! a large vector and tear down the whole connection. A message announced
+//! over that bound is refused before it is read, naming the bound.
 //!
 //! With a [`Tls`] configuration, every connection, accepted or made, is
 //! wrapped in mutual TLS before Cap'n Proto sees it (docs/protocol.md §11);
@@ -31,6 +32,8 @@ use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 use crate::bitfold_capnp::slave;
 use crate::tls::Tls;
+
+mod bounded;
 
 /// The largest message read, in 8-byte words (1 GiB): a vector with every
 /// bit set is 512 MiB of dense words in parts, plus its keys.
@@ -277,7 +280,7 @@ fn network(
     sent: Sent,
 ) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
     Box::new(twoparty::VatNetwork::new(
-        futures::io::BufReader::new(reader.compat()),
+        futures::io::BufReader::new(bounded::Bounded::new(reader).compat()),
         futures::io::BufWriter::with_capacity(
             WRITE_BUFFER,
             Counted {
@@ -298,15 +301,15 @@ enum Role {
 }
 
 /// A failed TLS handshake, in words: what the peer did wrong, or what it
-/// said this end did wrong. `dir` is this end's TLS folder, if it has one.
-fn handshake_failure(err: &std::io::Error, role: Role, dir: Option<&std::path::Path>) -> String {
+/// said this end did wrong. `ca` is the CA file this end trusts, if known.
+fn handshake_failure(err: &std::io::Error, role: Role, ca: Option<&std::path::Path>) -> String {
     use rustls::{AlertDescription as Alert, CertificateError, Error as TlsError};
     let peer = match role {
         Role::Client => "the server",
         Role::Server => "the client",
     };
-    let ca = match dir {
-        Some(dir) => format!("the CA in {}", dir.display()),
+    let ca = match ca {
+        Some(ca) => format!("the CA in {}", ca.display()),
         None => "the cluster's CA".to_owned(),
     };
     let Some(cause) = err.get_ref().and_then(|e| e.downcast_ref::<TlsError>()) else {
@@ -467,7 +470,7 @@ pub(crate) async fn connect<C: FromClientHook>(
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(err)) => {
-                    let why = handshake_failure(&err, Role::Client, Some(tls.dir()));
+                    let why = handshake_failure(&err, Role::Client, Some(tls.ca()));
                     return Err(handshake_error(why));
                 }
                 Err(_) => {

@@ -111,7 +111,8 @@ pub struct MasterArgs {
     /// Address to listen on for DBMS connections.
     #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_MASTER)]
     pub listen: String,
-    /// Cluster file (TOML): `replicas` and the `[[slaves]]` with `name` and `addr`.
+    /// Cluster file (TOML): `replicas` and the `[[slaves]]` with `name` and
+    /// `addr`, optionally a `[tls]` table naming the master's `ca`, `cert` and `key`.
     #[arg(long, value_name = "FILE")]
     pub cluster: PathBuf,
     /// Where the master keeps its catalog of vids [default: `master-data` beside the cluster file].
@@ -146,6 +147,7 @@ pub struct MasterArgs {
     pub slow: Option<Duration>,
     /// Mutual TLS: DIR holds the cluster's CA (ca.pem) and this process's
     /// certificate and key (cert.pem, key.pem), as `bitfold up --tls` writes them.
+    /// Without it, the cluster file's `[tls]` table (if any) names the files.
     #[arg(long, value_name = "DIR")]
     pub tls: Option<PathBuf>,
 }
@@ -174,8 +176,9 @@ pub struct UpArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub slow: Option<Duration>,
     /// Run every link with mutual TLS, writing a cluster CA and a
-    /// certificate per process under DIR/tls/ (kept for later runs); a
-    /// client then passes `--tls DIR/tls/client`.
+    /// certificate per process under DIR/tls/ (kept for later runs) and a
+    /// `[tls]` table naming the master's in DIR/cluster.toml; a client then
+    /// passes `--tls DIR/tls/client`.
     #[arg(long)]
     pub tls: bool,
 }

@@ -21,7 +21,7 @@ impl Master {
         let mut by_owner: Vec<Vec<u32>> = vec![Vec::new(); slaves];
         let mut vids = Vec::new();
         for (i, vector) in vectors.iter().enumerate() {
-            if !holds_bits(vector, ErrorKind::Internal)? {
+            if !holds_bits(vector)? {
                 continue;
             }
             let vid = vector.get_vid();
@@ -135,11 +135,17 @@ impl Master {
     }
 }
 
-/// Whether `vector` of a request holds a bit, once its parts are checked;
-/// a malformed one is a failure of `kind`.
-pub(super) fn holds_bits(vector: vid_vector::Reader<'_>, kind: ErrorKind) -> Result<bool, Failure> {
+/// Whether `vector` of a request (an import or a clear) holds a bit, once
+/// its parts are checked; a malformed one is a `badQuery`: the request
+/// itself is wrong, not the master.
+pub(super) fn holds_bits(vector: vid_vector::Reader<'_>) -> Result<bool, Failure> {
     let vid = vector.get_vid();
-    let bad = |e: capnp::Error| Failure::new(kind, format!("vector {vid} is malformed: {e}"));
+    let bad = |e: capnp::Error| {
+        Failure::new(
+            ErrorKind::BadQuery,
+            format!("vector {vid} is malformed: {e}"),
+        )
+    };
     let wire_parts = wire::read_parts(vector.get_parts().map_err(bad)?).map_err(bad)?;
     let parts = wire::views(&wire_parts).map_err(bad)?;
     Ok(parts.iter().any(|p| !p.is_empty()))

@@ -40,9 +40,7 @@ impl Master {
     ) -> Result<u64, Failure> {
         let mut chosen = Vec::new();
         for (i, vector) in vectors.iter().enumerate() {
-            if holds_bits(vector, ErrorKind::BadQuery)?
-                && self.catalog.borrow().contains(vector.get_vid())
-            {
+            if holds_bits(vector)? && self.catalog.borrow().contains(vector.get_vid()) {
                 chosen.push(i as u32);
             }
         }

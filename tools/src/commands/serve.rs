@@ -3,9 +3,10 @@
 use std::path::Path;
 
 use anyhow::Context;
-use bitfold_rpc::cluster::ClusterConfig;
+use bitfold_rpc::cluster::ClusterFile;
 use bitfold_rpc::master::{self, MasterOptions};
 use bitfold_rpc::slave::{self, SlaveOptions};
+use bitfold_rpc::tls::Tls;
 
 use crate::cli::{MasterArgs, SlaveArgs};
 
@@ -20,7 +21,7 @@ pub fn slave(args: SlaveArgs) -> anyhow::Result<()> {
 
 /// Serves the master; prints `master listening on ADDR` once it answers queries.
 pub fn master(args: MasterArgs) -> anyhow::Result<()> {
-    let cluster = ClusterConfig::load(&args.cluster)?;
+    let ClusterFile { cluster, tls } = ClusterFile::load(&args.cluster)?;
     let data_dir = args
         .data_dir
         .unwrap_or_else(|| default_master_dir(&args.cluster));
@@ -34,7 +35,21 @@ pub fn master(args: MasterArgs) -> anyhow::Result<()> {
     options.probe_interval = args.probe_interval.unwrap_or(options.probe_interval);
     options.metrics = args.metrics;
     options.slow = args.slow;
-    options.tls = super::load_tls(args.tls.as_deref())?;
+    options.tls = match (&args.tls, tls) {
+        (Some(dir), _) => Some(Tls::load(dir)?),
+        (None, Some(files)) => {
+            let folder = args.cluster.parent().unwrap_or(Path::new("."));
+            let tls = Tls::load_files(&files.relative_to(folder)).with_context(|| {
+                format!(
+                    "cannot use the TLS files the [tls] table of the cluster file {} names \
+                     (fix the table, or pass --tls DIR)",
+                    args.cluster.display()
+                )
+            })?;
+            Some(tls)
+        }
+        (None, None) => None,
+    };
     master::run(options, |addr| println!("master listening on {addr}"))
         .with_context(|| format!("the master for {} stopped", args.cluster.display()))?;
     Ok(())

@@ -7,8 +7,9 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use bitfold_rpc::cluster::ClusterConfig;
-use bitfold_rpc::local::{CLIENT_TLS, LocalCluster, generate_tls};
+use bitfold_rpc::cluster::{ClusterConfig, ClusterFile};
+use bitfold_rpc::local::{CLIENT_TLS, LocalCluster, MASTER_TLS, generate_tls};
+use bitfold_rpc::tls::Files;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -131,11 +132,20 @@ fn cluster_for(args: &UpArgs) -> anyhow::Result<ClusterConfig> {
 }
 
 /// The TLS folders of the cluster under `dir`: those of an earlier run
-/// with `--tls`, or new ones.
+/// with `--tls`, or new ones. The cluster file gets a `[tls]` table naming
+/// the master's, if it has none, so that `bitfold master --cluster` on it
+/// runs TLS too.
 fn tls_for(dir: &Path, cluster: &ClusterConfig) -> anyhow::Result<PathBuf> {
-    let tls = dir.join("tls");
+    let tls = dir.join(TLS_FOLDER);
     if !tls.join(CLIENT_TLS).exists() {
         generate_tls(&tls, cluster)?;
+    }
+    let path = cluster_file(dir);
+    let mut file = ClusterFile::load(&path)?;
+    if file.tls.is_none() {
+        file.tls = Some(Files::in_folder(&Path::new(TLS_FOLDER).join(MASTER_TLS)));
+        fs::write(&path, file.to_toml())
+            .with_context(|| format!("cannot write the cluster file {}", path.display()))?;
     }
     Ok(tls)
 }
@@ -166,6 +176,9 @@ fn metrics_addrs(first: &str, slaves: usize) -> anyhow::Result<Vec<String>> {
         })
         .collect()
 }
+
+/// The folder under `--dir` that holds the cluster's TLS folders.
+const TLS_FOLDER: &str = "tls";
 
 /// The cluster file of the cluster under `dir`.
 fn cluster_file(dir: &Path) -> PathBuf {

@@ -1,0 +1,340 @@
+//! The bounds on what a peer can send (docs/protocol.md §7, Limits), each
+//! against real `bitfold slave` and `bitfold master` processes: a peer that
+//! goes over one gets an error naming the bound, and the process goes on
+//! answering everyone else exactly. The requests are built by hand, as no
+//! bitfold client would send them.
+
+use std::future::Future;
+use std::io::Write;
+
+use bitfold_rpc::bitfold_capnp::{
+    ErrorKind, error, master, outcome, slave, update_outcome, vid_vector,
+};
+use bitfold_rpc::client::Client;
+use capnp::capability::FromClientHook;
+use capnp::message::ReaderOptions;
+use capnp_rpc::rpc_twoparty_capnp::Side;
+use capnp_rpc::{RpcSystem, twoparty};
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+use crate::util::{Cluster, Oracle, assert_answer};
+
+/// The bounds of docs/protocol.md §7, as a peer meets them.
+const MAX_MESSAGE_WORDS: u32 = 1 << 27;
+const MAX_CONNECTIONS_PER_PEER: usize = 256;
+const MAX_PARTS: u32 = 131_072;
+const MAX_IMPORT_VECTORS: u32 = 262_144;
+const MAX_IMPORT_PARTS: u32 = 1_048_576;
+const MAX_CHAINS: u32 = 10_000;
+
+/// Vectors `0..VECTORS` spread over both slaves, and the query over them all.
+const VECTORS: u64 = 40;
+const ALL: &str = "R:0-39";
+
+/// A cluster of two slaves holding `0..VECTORS`, its oracle and a client;
+/// one query over every vector has been answered, so the master and the
+/// slaves hold their connections to each other.
+fn loaded_cluster(seed: u64) -> (Cluster, Oracle, Client) {
+    let cluster = Cluster::start(2, 1);
+    let oracle = Oracle::load(&cluster, seed, VECTORS, 200, 1 << 20);
+    let client = cluster.client();
+    assert_answer(&client, ALL, &oracle.range(&[(0, VECTORS - 1)]));
+    (cluster, oracle, client)
+}
+
+/// Checks that `cluster` still answers exactly, through the master and
+/// to a new connection of its own on slave `s0`.
+fn still_answers(cluster: &Cluster, oracle: &Oracle, client: &Client) {
+    assert_answer(client, ALL, &oracle.range(&[(0, VECTORS - 1)]));
+    assert_answer(client, "R:3&4-20", &oracle.range(&[(3, 3), (4, 20)]));
+    // A peer that went over the connection bound closed its connections;
+    // the slave counts them off as it sees them close.
+    for _ in 0..200 {
+        let health = on_runtime(async {
+            let slave: slave::Client = connect(&cluster.slave_addrs[0]).await;
+            let health = slave.health_request().send().promise.await?;
+            Ok::<_, capnp::Error>(health.get()?.get_vectors())
+        });
+        match health {
+            Ok(vectors) => {
+                assert!(vectors > 0, "s0 holds some of the vectors");
+                return;
+            }
+            Err(err) if err.to_string().contains("too many connections") => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(err) => panic!("s0 does not answer a new peer: {err}"),
+        }
+    }
+    panic!("s0 refuses a new peer long after the others closed");
+}
+
+/// Runs `body` on a current-thread runtime (capnp-rpc clients are `!Send`).
+fn on_runtime<F: Future>(body: F) -> F::Output {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    tokio::task::LocalSet::new().block_on(&runtime, body)
+}
+
+/// A Cap'n Proto connection to `addr` and its bootstrap capability; the
+/// connection lives as long as the runtime's tasks.
+async fn connect<C: FromClientHook>(addr: &str) -> C {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("the server accepts a connection");
+    let (reader, writer) = stream.into_split();
+    let mut options = ReaderOptions::new();
+    options.traversal_limit_in_words(Some(MAX_MESSAGE_WORDS as usize));
+    let network = twoparty::VatNetwork::new(
+        reader.compat(),
+        writer.compat_write(),
+        Side::Client,
+        options,
+    );
+    let mut system = RpcSystem::new(Box::new(network), None);
+    let client = system.bootstrap(Side::Server);
+    tokio::task::spawn_local(system);
+    client
+}
+
+/// The text of a failed call, or a panic if it did not fail.
+fn refusal<T>(answer: capnp::Result<T>, what: &str) -> String {
+    match answer {
+        Ok(_) => panic!("{what} was accepted"),
+        Err(err) => err.to_string(),
+    }
+}
+
+#[track_caller]
+fn assert_names(text: &str, count: u32, most: u32, what: &str) {
+    let wanted = format!("{count} {what} in one message, more than the {most} allowed");
+    assert!(text.contains(&wanted), "wanted {wanted:?} in {text:?}");
+}
+
+#[test]
+fn a_message_over_the_size_bound_closes_its_connection_only() {
+    let (cluster, oracle, client) = loaded_cluster(71);
+    for addr in [&cluster.slave_addrs[0], &cluster.master_addr()] {
+        // A message's first words announce its size: one segment of one
+        // word more than the bound. The rest is never sent (nor read).
+        let mut stream = std::net::TcpStream::connect(addr.as_str()).unwrap();
+        // A server that said nothing would fail the test, not hang it.
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        let mut header = 0u32.to_le_bytes().to_vec();
+        header.extend((MAX_MESSAGE_WORDS + 1).to_le_bytes());
+        stream.write_all(&header).unwrap();
+        // The server answers with an abort naming the bound, then closes.
+        let abort = capnp::serialize::read_message(&mut stream, ReaderOptions::new())
+            .expect("the server says why it closes the connection");
+        let abort = abort
+            .get_root::<capnp_rpc::rpc_capnp::message::Reader<'_>>()
+            .unwrap();
+        let reason = match abort.which().unwrap() {
+            capnp_rpc::rpc_capnp::message::Abort(exception) => exception
+                .unwrap()
+                .get_reason()
+                .unwrap()
+                .to_string()
+                .unwrap(),
+            _ => panic!("{addr} answered something other than an abort"),
+        };
+        assert_names(&reason, MAX_MESSAGE_WORDS + 1, MAX_MESSAGE_WORDS, "words");
+        let mut rest = Vec::new();
+        std::io::Read::read_to_end(&mut stream, &mut rest).expect("the connection is closed");
+        assert!(rest.is_empty(), "{addr} sent more after the abort");
+        still_answers(&cluster, &oracle, &client);
+    }
+}
+
+#[test]
+fn a_peer_over_its_connection_bound_is_refused_while_others_are_served() {
+    let (cluster, oracle, client) = loaded_cluster(72);
+    let slave = &cluster.slave_addrs[0];
+    on_runtime(until_refused(slave, |s: &slave::Client| {
+        let health = s.health_request().send().promise;
+        async move { health.await.map(drop) }
+    }));
+    // The refused peer's connections are gone with its runtime; the
+    // cluster, connected before, answered throughout and still does.
+    still_answers(&cluster, &oracle, &client);
+    on_runtime(until_refused(
+        &cluster.master_addr(),
+        |m: &master::Client| {
+            let placement = m.placement_request().send().promise;
+            async move { placement.await.map(drop) }
+        },
+    ));
+    still_answers(&cluster, &oracle, &client);
+}
+
+/// Opens connections to `addr`, asking each something, until one is
+/// refused; checks the refusal names the bound, and that the connections
+/// opened before it are still served.
+async fn until_refused<C, F, Fut>(addr: &str, ask: F)
+where
+    C: FromClientHook,
+    F: Fn(&C) -> Fut,
+    Fut: Future<Output = capnp::Result<()>>,
+{
+    // The cluster's own processes reach `addr` from 127.0.0.1 as well,
+    // so this peer shares the bound with a few of their connections.
+    let mut held: Vec<C> = Vec::new();
+    let refused = loop {
+        let connection: C = connect(addr).await;
+        let answer = ask(&connection).await;
+        held.push(connection);
+        if let Err(err) = answer {
+            break err.to_string();
+        }
+        assert!(held.len() <= MAX_CONNECTIONS_PER_PEER, "{addr}: no bound");
+    };
+    assert!(
+        refused.contains(&format!(
+            "too many connections from 127.0.0.1: a peer may hold at most \
+             {MAX_CONNECTIONS_PER_PEER} at once"
+        )),
+        "{addr}: {refused}"
+    );
+    assert!(
+        held.len() > MAX_CONNECTIONS_PER_PEER - 8,
+        "{addr}: refused after {} connections",
+        held.len()
+    );
+    let first = ask(&held[0]).await;
+    assert!(
+        first.is_ok(),
+        "{addr}: the first connection: {:?}",
+        first.err()
+    );
+}
+
+/// An import request of `vectors` vectors, the vector `i` of `parts(i)`
+/// empty parts.
+fn import_message(
+    vectors: u32,
+    parts: impl Fn(u32) -> u32,
+) -> capnp::message::Builder<capnp::message::HeapAllocator> {
+    let mut message = capnp::message::Builder::new_default();
+    let mut list: capnp::struct_list::Builder<'_, vid_vector::Owned> = message.initn_root(vectors);
+    for i in 0..vectors {
+        let mut vector = list.reborrow().get(i);
+        vector.set_vid(u64::from(i));
+        vector.init_parts(parts(i));
+    }
+    message
+}
+
+/// Sends `vectors` to slave `s0` as an import; the text of its refusal.
+fn slave_refuses_import(
+    cluster: &Cluster,
+    vectors: &capnp::message::Builder<capnp::message::HeapAllocator>,
+) -> String {
+    on_runtime(async {
+        let slave: slave::Client = connect(&cluster.slave_addrs[0]).await;
+        let mut request = slave.import_request();
+        request
+            .get()
+            .set_vectors(vectors.get_root_as_reader().unwrap())
+            .unwrap();
+        refusal(request.send().promise.await, "the import")
+    })
+}
+
+#[test]
+fn a_vector_of_too_many_parts_is_refused_by_slave_and_master_as_a_bad_request() {
+    let (cluster, oracle, client) = loaded_cluster(73);
+    let over = import_message(2, |i| if i == 1 { MAX_PARTS + 1 } else { 1 });
+    let refused = slave_refuses_import(&cluster, &over);
+    assert_names(&refused, MAX_PARTS + 1, MAX_PARTS, "parts of a vector");
+    still_answers(&cluster, &oracle, &client);
+
+    // The master checks each vector of an import or a clear before it
+    // sends anything: the request is malformed, a `badQuery`, and nothing
+    // of it is applied.
+    let (import, clear) = on_runtime(async {
+        let master: master::Client = connect(&cluster.master_addr()).await;
+        let vectors = over.get_root_as_reader()?;
+        let mut request = master.import_request();
+        request.get().set_vectors(vectors)?;
+        let response = request.send().promise.await?;
+        let import = match response.get()?.get_outcome()?.which()? {
+            outcome::Error(error) => told(error?)?,
+            outcome::Ok(()) => panic!("the master imported a malformed vector"),
+        };
+        let mut request = master.clear_request();
+        request.get().set_vectors(vectors)?;
+        let response = request.send().promise.await?;
+        let clear = match response.get()?.get_outcome()?.which()? {
+            update_outcome::Error(error) => told(error?)?,
+            update_outcome::Changed(_) => panic!("the master cleared a malformed vector"),
+        };
+        Ok::<_, capnp::Error>((import, clear))
+    })
+    .unwrap();
+    for (kind, message) in [import, clear] {
+        assert_eq!(kind, ErrorKind::BadQuery, "{message}");
+        assert!(message.starts_with("vector 1 is malformed: "), "{message}");
+        assert_names(&message, MAX_PARTS + 1, MAX_PARTS, "parts of a vector");
+    }
+    // Vector 0 of the refused import (one empty part) was not applied
+    // either; it held bits before and holds the same ones now.
+    still_answers(&cluster, &oracle, &client);
+    assert_answer(&client, "R:0", &oracle.range(&[(0, 0)]));
+}
+
+/// The kind and text of an error a master answered.
+fn told(error: error::Reader<'_>) -> capnp::Result<(ErrorKind, String)> {
+    Ok((error.get_kind()?, error.get_message()?.to_string()?))
+}
+
+#[test]
+fn an_import_of_too_many_vectors_is_refused() {
+    let (cluster, oracle, client) = loaded_cluster(74);
+    let refused = slave_refuses_import(&cluster, &import_message(MAX_IMPORT_VECTORS + 1, |_| 0));
+    assert_names(
+        &refused,
+        MAX_IMPORT_VECTORS + 1,
+        MAX_IMPORT_VECTORS,
+        "vectors to import",
+    );
+    still_answers(&cluster, &oracle, &client);
+}
+
+#[test]
+fn an_import_of_too_many_parts_in_all_is_refused() {
+    let (cluster, oracle, client) = loaded_cluster(75);
+    // Every vector within its own bound, the message over the import's.
+    let vectors = MAX_IMPORT_PARTS / MAX_PARTS + 1;
+    let over = import_message(vectors, |i| if i == 0 { 1 } else { MAX_PARTS });
+    let refused = slave_refuses_import(&cluster, &over);
+    assert_names(
+        &refused,
+        MAX_IMPORT_PARTS + 1,
+        MAX_IMPORT_PARTS,
+        "parts of vectors to import",
+    );
+    still_answers(&cluster, &oracle, &client);
+}
+
+#[test]
+fn a_coordinate_or_gather_of_too_many_chains_is_refused() {
+    let (cluster, oracle, client) = loaded_cluster(76);
+    let (coordinate, gather) = on_runtime(async {
+        let slave: slave::Client = connect(&cluster.slave_addrs[0]).await;
+        let mut request = slave.coordinate_request();
+        request.get().set_budget_micros(10_000_000);
+        request.get().init_chains(MAX_CHAINS + 1);
+        let coordinate = refusal(request.send().promise.await, "the coordinate");
+        let mut request = slave.gather_request();
+        request.get().init_terms(MAX_CHAINS + 1);
+        let gather = refusal(request.send().promise.await, "the gather");
+        (coordinate, gather)
+    });
+    assert_names(&coordinate, MAX_CHAINS + 1, MAX_CHAINS, "chains");
+    assert_names(&gather, MAX_CHAINS + 1, MAX_CHAINS, "terms");
+    still_answers(&cluster, &oracle, &client);
+}
