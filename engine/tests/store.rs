@@ -474,9 +474,10 @@ fn a_version_2_store_still_opens() {
     let snapshot = store.snapshot();
     assert_eq!(snapshot.segment_count(), 2);
     // The first segment's aggregate of vids 0..256 (it holds 0, 1 and 33),
-    // and the second segment's part of vid 1.
+    // its level 1 in version 2, read as the 256-vid level, and the second
+    // segment's part of vid 1.
     let cover = snapshot.cover(&[0, 1, 33]);
-    assert_eq!(cover.stats.aggregates, [0, 1, 0]);
+    assert_eq!(cover.stats.aggregates, [0, 0, 1, 0]);
     assert_eq!(cover.stats.vectors, 1);
     let covered: BTreeSet<u32> = cover.parts.iter().flat_map(|p| p.bits()).collect();
     let expected: BTreeSet<u32> = [0, 1, 33].iter().flat_map(|v| oracle[v].clone()).collect();
@@ -514,7 +515,7 @@ fn a_version_3_store_still_opens() {
     // emptied vid 0 adds nothing.
     let asked = [0, 1, 2, 33, 40];
     let cover = snapshot.cover(&asked);
-    assert_eq!(cover.stats.aggregates, [0, 0, 0]);
+    assert_eq!(cover.stats.aggregates, [0, 0, 0, 0]);
     assert_eq!(cover.stats.vectors, 4);
     let covered: BTreeSet<u32> = cover.parts.iter().flat_map(|p| p.bits()).collect();
     let expected: BTreeSet<u32> = asked.iter().flat_map(|v| oracle[v].clone()).collect();
