@@ -111,7 +111,7 @@ fn base() -> impl Strategy<Value = u64> {
 }
 
 /// Offsets of a batch or a query: a dense run (maybe strided), a scatter,
-/// or the ends of aggregate blocks.
+/// or the ends of aggregate blocks (of 32 vids, and of the lowest level).
 fn offsets() -> impl Strategy<Value = BTreeSet<u64>> {
     prop_oneof![
         (0..SPAN, 1u64..1200, 1u64..4).prop_map(|(start, len, step)| {
@@ -123,6 +123,10 @@ fn offsets() -> impl Strategy<Value = BTreeSet<u64>> {
         proptest::collection::btree_set(
             (0..SPAN / 32, prop_oneof![Just(0u64), Just(31)]).prop_map(|(b, e)| b * 32 + e),
             1..40,
+        ),
+        proptest::collection::btree_set(
+            (0..SPAN / 4, prop_oneof![Just(0u64), Just(3)]).prop_map(|(b, e)| b * 4 + e),
+            1..200,
         ),
     ]
 }
@@ -199,21 +203,25 @@ fn whole_blocks_are_read_as_one_aggregate() {
         let snapshot = store.snapshot();
         let run: Vec<u64> = (4096..3 * 4096).collect();
         let stats = assert_exact(&snapshot, &run).stats;
-        assert_eq!(stats.aggregates, [0, 0, 2]);
+        assert_eq!(stats.aggregates, [0, 0, 0, 2]);
         assert_eq!(stats.vectors, 0);
 
-        // One vid short of the first block: 15 level-1 aggregates, all but
-        // one of level 0 in the first level-1 block, single vectors in the
-        // first level-0 block, and the whole second block.
-        let [width, _, _] = AGGREGATE_LEVELS;
+        // One vid short of the first block: at each level below the top,
+        // all but one of its blocks in the first block of the level above,
+        // single vectors in the first lowest block, and the whole second
+        // block.
+        let [width, middle, wide, top] = AGGREGATE_LEVELS;
         let stats = assert_exact(&snapshot, &run[1..]).stats;
-        assert_eq!(stats.aggregates, [256 / width - 1, 15, 1]);
+        assert_eq!(
+            stats.aggregates,
+            [middle / width - 1, wide / middle - 1, top / wide - 1, 1]
+        );
         assert_eq!(stats.vectors, width - 1);
 
         // A block the run asks for only part of is not used.
-        let holes: Vec<u64> = (4096..4096 + 64).filter(|v| v % width != 5).collect();
+        let holes: Vec<u64> = (4096..4096 + 64).filter(|v| v % width != 1).collect();
         let stats = assert_exact(&snapshot, &holes).stats;
-        assert_eq!(stats.aggregates, [0, 0, 0]);
+        assert_eq!(stats.aggregates, [0, 0, 0, 0]);
         assert_eq!(stats.vectors, 64 - 64 / width);
         drop(store);
 
@@ -225,7 +233,7 @@ fn whole_blocks_are_read_as_one_aggregate() {
         let held: BTreeSet<u64> = (0..256).step_by(3).collect();
         import(&store, 1 << 20, &held, 1);
         let stats = assert_exact(&store.snapshot(), &run).stats;
-        assert_eq!(stats.aggregates, [0, 1, 0]);
+        assert_eq!(stats.aggregates, [0, 0, 1, 0]);
     });
 }
 

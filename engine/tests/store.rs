@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use bitfold_engine::store::{Directory, MERGE_FACTOR, MemoryDirectory};
+use bitfold_engine::store::{CoverStats, Directory, MERGE_FACTOR, MemoryDirectory};
 use bitfold_engine::{ImportStats, Snapshot, Store, StoreError, VectorBuf, VectorPart};
 
 /// Where a test's store lives; the same test bodies run on both.
@@ -474,13 +474,11 @@ fn a_version_2_store_still_opens() {
     let snapshot = store.snapshot();
     assert_eq!(snapshot.segment_count(), 2);
     // The first segment's aggregate of vids 0..256 (it holds 0, 1 and 33),
-    // and the second segment's part of vid 1.
-    let cover = snapshot.cover(&[0, 1, 33]);
-    assert_eq!(cover.stats.aggregates, [0, 1, 0]);
-    assert_eq!(cover.stats.vectors, 1);
-    let covered: BTreeSet<u32> = cover.parts.iter().flat_map(|p| p.bits()).collect();
-    let expected: BTreeSet<u32> = [0, 1, 33].iter().flat_map(|v| oracle[v].clone()).collect();
-    assert_eq!(covered, expected);
+    // its level 1 in version 2, read as the 256-vid level, and the second
+    // segment's part of vid 1.
+    let stats = covered_exactly(&snapshot, &oracle, &[0, 1, 33]);
+    assert_eq!(stats.aggregates, [0, 0, 1, 0]);
+    assert_eq!(stats.vectors, 1);
 }
 
 /// A store written by format version 3, the first with updates: an import
@@ -512,13 +510,55 @@ fn a_version_3_store_still_opens() {
     // 33 are read from the update's `base` records, 2 from the last import,
     // 40 (a `keep` record in the update) from the first import, and the
     // emptied vid 0 adds nothing.
-    let asked = [0, 1, 2, 33, 40];
-    let cover = snapshot.cover(&asked);
-    assert_eq!(cover.stats.aggregates, [0, 0, 0]);
-    assert_eq!(cover.stats.vectors, 4);
+    let stats = covered_exactly(&snapshot, &oracle, &[0, 1, 2, 33, 40]);
+    assert_eq!(stats.aggregates, [0, 0, 0, 0]);
+    assert_eq!(stats.vectors, 4);
+}
+
+/// A store written by format version 4, the first with 4-vid aggregates:
+/// one `Store::import` of `version_4_vectors`; committed so that later
+/// versions of bitfold are checked to still read it, aggregates included.
+#[test]
+fn a_version_4_store_still_opens() {
+    let (_dir, store) = open_fixture("store-v4");
+    let oracle = version_4_vectors();
+    assert_holds(&store, &oracle);
+    let snapshot = store.snapshot();
+    // Vids 4 to 7 are one 4-vid aggregate; 0 to 7, every vid the segment
+    // holds in its 16-vid block, one 16-vid aggregate; 1 to 7 the 4-vid
+    // aggregate of 4 to 7 and three vectors.
+    for (asked, aggregates, vectors) in [
+        (4..8, [1, 0, 0, 0], 0),
+        (0..8, [0, 1, 0, 0], 0),
+        (1..8, [1, 0, 0, 0], 3),
+    ] {
+        let asked: Vec<u64> = asked.collect();
+        let stats = covered_exactly(&snapshot, &oracle, &asked);
+        assert_eq!(stats.aggregates, aggregates, "{asked:?}");
+        assert_eq!(stats.vectors, vectors, "{asked:?}");
+    }
+}
+
+/// Vids 0 to 7, each with a bit of its own and a dense container of 2,000
+/// bits, a third of which it shares with each other vid.
+fn version_4_vectors() -> Oracle {
+    (0..8u32)
+        .map(|vid| {
+            let mut bits: BTreeSet<u32> = (0..2000).map(|i| 65536 + 3 * i + vid % 3).collect();
+            bits.insert(vid);
+            (u64::from(vid), bits)
+        })
+        .collect()
+}
+
+/// Checks that the cover of `asked` is the union of their vectors in
+/// `oracle`; returns what it read.
+fn covered_exactly(snapshot: &Snapshot, oracle: &Oracle, asked: &[u64]) -> CoverStats {
+    let cover = snapshot.cover(asked);
     let covered: BTreeSet<u32> = cover.parts.iter().flat_map(|p| p.bits()).collect();
     let expected: BTreeSet<u32> = asked.iter().flat_map(|v| oracle[v].clone()).collect();
-    assert_eq!(covered, expected);
+    assert_eq!(covered, expected, "cover of {asked:?}");
+    cover.stats
 }
 
 fn version_2_vectors() -> Oracle {

@@ -264,7 +264,7 @@ fn copies_onto_an_owner_that_holds_nothing_are_exact() {
 /// with a dense container and a bit of its own (4 MiB in all: one segment
 /// of the first tier).
 fn block_vectors() -> Vec<(u64, VectorBuf)> {
-    (0..AGGREGATE_LEVELS[2])
+    (0..AGGREGATE_LEVELS[AGGREGATE_LEVELS.len() - 1])
         .step_by(8)
         .map(|vid| {
             let own = 1 << 17 | vid as u32;
@@ -316,7 +316,11 @@ fn pending_clears_read_about_what_they_read_after_compaction() {
     // Vid 0's own bit was cleared, vid 504 deleted; vid 8 is untouched.
     assert!(!pending_bits.contains(&(1 << 17)) && !pending_bits.contains(&(1 << 17 | 504)));
     assert!(pending_bits.contains(&(1 << 17 | 8)));
-    assert_eq!(pending.aggregates[2], 1, "{pending:?}");
+    assert_eq!(
+        pending.aggregates[AGGREGATE_LEVELS.len() - 1],
+        1,
+        "{pending:?}"
+    );
     assert!(
         pending.bytes * 10 <= compacted.bytes * 12,
         "pending {pending:?} vs compacted {compacted:?}"

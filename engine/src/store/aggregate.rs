@@ -17,7 +17,7 @@
 //! in at least two child blocks (two distinct vids at the lowest level),
 //! otherwise the aggregate would repeat a child's aggregate or a single
 //! vector; and when it is small enough next to the vectors it replaces
-//! (see `budget`), which keeps the aggregates under a third of the store.
+//! (see `budget`), which bounds the space they take.
 //!
 //! [`Cover`] uses an aggregate only when the run asks for every vid the
 //! segment holds in the block (but those it deletes), so a vid the caller
@@ -32,14 +32,21 @@ use crate::fold::{PlannedPart, UnionPlan};
 use crate::vector::{CONTAINER_WORDS, VectorBuf, VectorPart};
 
 /// Widths of the aggregate blocks, in vids, lowest level first; each divides
-/// the next. They are part of segment format version 2 (an aggregate entry
+/// the next. They are part of segment format version 4 (an aggregate entry
 /// names its level, not its width): other widths need a new version.
+/// Versions 2 and 3 had no 4-vid level: their segments' levels are read as
+/// one higher.
 ///
 /// Why these widths is measured in benches/README.md ("Range aggregates"):
 /// the lowest level costs the most space (up to one dense vector per block)
-/// and bounds the single vectors an unaligned run needs (up to 2 × 15); the
+/// and bounds the single vectors an unaligned run needs (up to 2 × 3); the
 /// highest bounds how many aggregates a wide run needs.
-pub const AGGREGATE_LEVELS: [u64; 3] = [16, 256, 4096];
+pub const AGGREGATE_LEVELS: [u64; 4] = [4, 16, 256, 4096];
+
+/// What to add to the level of an aggregate entry of a segment of format
+/// version 2 or 3, whose levels were 16, 256 and 4,096 vids, to get its
+/// index in [`AGGREGATE_LEVELS`].
+pub(crate) const OLD_LEVEL_SHIFT: u32 = 1;
 
 /// What is wrong with an aggregate entry of level `level` for the block
 /// starting at `block`, if anything.
@@ -60,8 +67,8 @@ pub(crate) fn block_problem(level: u32, block: u64) -> Option<String> {
 /// writing aggregates holds in memory to build the block above from it. A
 /// block whose union may be larger is built from its vectors' parts,
 /// streamed, like a merge: one more pass over the data, but never a huge
-/// vector held. At this size at most 2 × 16 unions (32 × 4 MiB) are held at
-/// once.
+/// vector held. At this size at most 16 + 16 + 4 unions (36 × 4 MiB, one
+/// per child block of the three levels above the lowest) are held at once.
 const HELD_MAX: u64 = 4 << 20;
 
 /// Writes the aggregates of a new segment holding `vids` (ascending,
@@ -170,18 +177,33 @@ where
 }
 
 /// The most bytes the aggregate of level `level` of a block whose vectors
-/// are the union of `parts` may take: 1/4 of theirs at level 0, 1/16 at
-/// level 1, 1/64 at level 2. An aggregate over that is not written (a cover
-/// then reads the level below), so a segment's aggregates take at most
-/// 1/4 + 1/16 + 1/64, under a third, of the bytes of the parts it was
-/// written from (its vectors, for an import), and an aggregate reads at
-/// most a quarter of what it replaces. Without this, the union of
-/// 16 small sparse vectors, dense once it holds over
+/// are the union of `parts` may take: their bytes divided by
+/// `BUDGET_DIVISORS[level]`. An aggregate over that is not written (a cover
+/// then reads the level below), so an aggregate reads at most half of what
+/// it replaces at the lowest level and a quarter above. Without this, the
+/// union of 16 small sparse vectors, dense once it holds over
 /// [`crate::SPARSE_MAX`] bits in a container, could take more space than
 /// they do.
 fn budget<'p>(level: usize, parts: impl Iterator<Item = VectorPart<'p>>) -> u64 {
-    parts.map(|part| part.byte_len()).sum::<u64>() >> (2 * (level + 1))
+    parts.map(|part| part.byte_len()).sum::<u64>() / BUDGET_DIVISORS[level]
 }
+
+/// Per level, what [`budget`] divides the bytes of a block's vectors by.
+///
+/// A block's aggregate is written when the segment holds enough of the
+/// block's vectors: with dense vectors (a union about one vector's size)
+/// 2 of a 4-vid block, 4 of a 16-vid block, 16 of a 256-vid block, 64 of a
+/// 4,096-vid block. So a slave holding a quarter of every block (placement
+/// groups of one vid, four slaves) or a segment holding a few hundred vids
+/// still gets aggregates above the lowest level, and the union of four
+/// dense vectors whose sparse containers differ (a few bytes over a
+/// quarter of theirs) is still written. The aggregates take at most
+/// 1/2 + 1/4 + 1/16 + 1/64 of the bytes of the parts they were written
+/// from, near that only for contrived vectors (identical in pairs,
+/// disjoint across pairs, and so on up); for dense vectors held whole the
+/// 4-vid level takes 1/4 and the others 1/16 + 1/256 + 1/4,096
+/// (benches/README.md, "Range aggregates").
+const BUDGET_DIVISORS: [u64; AGGREGATE_LEVELS.len()] = [2, 4, 16, 64];
 
 /// Bytes of a planned union part, as [`VectorPart::byte_len`] counts them.
 fn planned_bytes(part: &PlannedPart) -> u64 {
@@ -328,7 +350,8 @@ mod tests {
     #[test]
     fn entries_must_name_an_aligned_block_of_a_level() {
         assert_eq!(block_problem(0, 64), None);
-        assert!(block_problem(1, 32).unwrap().contains("not aligned"));
-        assert!(block_problem(3, 0).unwrap().contains("does not exist"));
+        assert_eq!(block_problem(1, 32), None);
+        assert!(block_problem(2, 32).unwrap().contains("not aligned"));
+        assert!(block_problem(4, 0).unwrap().contains("does not exist"));
     }
 }

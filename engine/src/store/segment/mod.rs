@@ -33,9 +33,11 @@
 //!
 //! An aggregate is the union of the vectors this segment holds in one
 //! aligned block of vids (see `aggregate.rs`); `block` is the block's first
-//! vid. Format version 1 has no aggregates and a trailer without their
-//! count, version 2 no flags and only `set` records (its kind field is
-//! zero); both are still read.
+//! vid; `level` indexes `AGGREGATE_LEVELS` (4, 16, 256 and 4,096 vids).
+//! Format version 1 has no aggregates and a trailer without their count,
+//! version 2 no flags and only `set` records (its kind field is zero);
+//! versions 2 and 3 have no 4-vid level, their `level` 0 is 16 vids. All
+//! are still read.
 //! All integers are little-endian, which is why bitfold builds only for
 //! little-endian targets.
 //!
@@ -59,7 +61,7 @@ compile_error!("bitfold's store files are little-endian words read in place");
 
 pub(crate) const SEGMENT: Kind = Kind {
     magic: *b"BFOLDSEG",
-    version: 3,
+    version: 4,
     name: "segment",
 };
 
@@ -107,7 +109,8 @@ const OLDEST_VERSION: u32 = 1;
 /// Words of one index entry.
 const ENTRY_WORDS: usize = 4;
 
-/// Bytes of the trailer before the footer, by format version (1, 2, 3).
+/// Bytes of the trailer before the footer, by format version (1, 2, then 3
+/// and later).
 fn trailer_len(version: u32) -> usize {
     match version {
         1 => 16,

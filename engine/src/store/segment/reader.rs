@@ -27,6 +27,10 @@ pub(crate) struct Segment {
     aggregates: Range<usize>,
     /// Whether the aggregates cover older segments too ([`COVERS_OLDER`]).
     covers_older: bool,
+    /// What to add to an aggregate entry's level for its index in
+    /// [`aggregate::AGGREGATE_LEVELS`]: nonzero for formats before the
+    /// lowest level existed.
+    level_shift: u32,
     /// Records whose vector exists as of this segment (all but `deleted`).
     existing: usize,
     /// Records that end their vid's chain (`base` and `deleted`).
@@ -122,6 +126,11 @@ impl Segment {
             index,
             aggregates,
             covers_older: flags & COVERS_OLDER != 0,
+            level_shift: if version < 4 {
+                aggregate::OLD_LEVEL_SHIFT
+            } else {
+                0
+            },
             existing: 0,
             chain_ends: 0,
         };
@@ -131,12 +140,13 @@ impl Segment {
             |entry| entry.vid,
             |entry| record_problem(version, entry),
         )?;
+        let level_shift = segment.level_shift;
         segment.verify_entries(
             segment.aggregate_entries(),
             "aggregate entry",
             |entry| (u64::from(entry.reserved), entry.vid),
             |entry| {
-                aggregate::block_problem(entry.reserved, entry.vid)
+                aggregate::block_problem(entry.reserved.saturating_add(level_shift), entry.vid)
                     .or_else(|| no_containers(entry).then(|| "it has no containers".to_owned()))
             },
         )?;
@@ -290,7 +300,8 @@ impl Segment {
     /// the union of this segment's vectors in that block, if it has one.
     pub(crate) fn aggregate(&self, level: usize, block: u64) -> Option<VectorPart<'_>> {
         let entries = self.aggregate_entries();
-        let key = (level as u64, block);
+        let stored = (level as u64).checked_sub(u64::from(self.level_shift))?;
+        let key = (stored, block);
         let i = entries
             .binary_search_by_key(&key, |entry| (entry[3] >> 32, entry[0]))
             .ok()?;
@@ -455,7 +466,7 @@ mod tests {
         assert!(refusal(&dir, &level).contains("aggregate entry 0 (vid 32): level 7"));
 
         let mut block = bytes.clone();
-        block[entry] = 40;
+        block[entry] = 42;
         reseal(&mut block);
         assert!(refusal(&dir, &block).contains("not aligned"));
     }
