@@ -69,16 +69,21 @@ fn walk(part: &VectorPart<'_>) {
 
 /// Cuts `data` into files: each record is a name byte (an index into
 /// [`NAMES`], modulo), a little-endian `u32` length, and that many bytes
-/// (fewer at the end of the input). A name given twice keeps the last.
-fn files(mut data: &[u8]) -> Vec<(&'static str, &[u8])> {
-    let mut files = Vec::new();
+/// (fewer at the end of the input). A name given twice keeps the last, so
+/// only the last record of each name is returned (an input of thousands of
+/// tiny records makes at most one file per name).
+fn files(mut data: &[u8]) -> impl Iterator<Item = (&'static str, &[u8])> {
+    let mut files = [None; NAMES.len()];
     while let [name, rest @ ..] = data {
         let Some((len, rest)) = rest.split_first_chunk::<4>() else {
             break;
         };
         let len = (u32::from_le_bytes(*len) as usize).min(rest.len());
-        files.push((NAMES[usize::from(*name) % NAMES.len()], &rest[..len]));
+        files[usize::from(*name) % NAMES.len()] = Some(&rest[..len]);
         data = &rest[len..];
     }
-    files
+    NAMES
+        .into_iter()
+        .zip(files)
+        .filter_map(|(name, bytes)| Some((name, bytes?)))
 }
