@@ -19,13 +19,15 @@ use crate::wire;
 
 /// Reads `bytes` as one Cap'n Proto message (segment table first), with the
 /// traversal limit of every connection (`MAX_MESSAGE_WORDS`). The message is
-/// read in place, from one aligned copy of `bytes`: a segment table that
-/// claims more words than follow it is refused without allocating what it
-/// claims. (A connection's stream reader allocates what the table claims,
+/// read in place, from one aligned copy of the whole words of `bytes` (a
+/// stream reader cannot use a last partial word either): a segment table
+/// that claims more words than follow it is refused without allocating what
+/// it claims. (A connection's stream reader allocates what the table claims,
 /// up to the message bound, before the words arrive.)
 pub fn read_message(bytes: &[u8]) -> capnp::Result<Reader<BufferSegments<Words>>> {
-    let mut words = Word::allocate_zeroed_vec(bytes.len().div_ceil(8));
-    Word::words_to_bytes_mut(&mut words)[..bytes.len()].copy_from_slice(bytes);
+    let whole = bytes.len() / 8;
+    let mut words = Word::allocate_zeroed_vec(whole);
+    Word::words_to_bytes_mut(&mut words).copy_from_slice(&bytes[..whole * 8]);
     let options = crate::net::reader_options();
     Ok(Reader::new(
         BufferSegments::new(Words(words), options)?,
