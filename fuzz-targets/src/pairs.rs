@@ -3,26 +3,20 @@ use std::path::Path;
 
 use bitfold_engine::import::{MAX_LINE, ReadError, parse_pairs};
 
-/// The pairs reader, fed in pieces whose size the first byte picks: on
-/// input a naive line parser accepts it yields the same pairs; on input it
-/// refuses, it fails on the same line.
+/// The pairs reader, reading chunks of the size the first byte picks, fed
+/// in pieces of that size: on input a naive line parser accepts it yields
+/// the same pairs; on input it refuses, it fails on the same line.
 pub fn pairs(data: &[u8]) {
     let Some((&piece, text)) = data.split_first() else {
         return;
     };
+    let piece = usize::from(piece).max(1);
     let path = Path::new("fuzz.csv");
     let mut got = Vec::new();
-    let read = parse_pairs(
-        Pieces {
-            text,
-            piece: usize::from(piece).max(1),
-        },
-        path,
-        |vid, bit| {
-            got.push((vid, bit));
-            Ok::<(), ()>(())
-        },
-    );
+    let read = parse_pairs(Pieces { text, piece }, piece, path, |vid, bit| {
+        got.push((vid, bit));
+        Ok::<(), ()>(())
+    });
     match (naive(text), read) {
         (Ok(want), Ok(())) => assert_eq!(got, want),
         (Err(line), Err(ReadError::Input(e))) => {

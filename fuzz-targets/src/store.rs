@@ -48,25 +48,42 @@ pub fn store(data: &[u8]) {
     }
 }
 
-/// Walks every bit of `part`: as many as its cardinality, ascending.
+/// Checks that `part` holds the invariants its bit walk relies on (keys and
+/// positions strictly ascending, lengths that agree), and reads every word
+/// of it: per container, not per bit, since a few bytes of a run can hold
+/// millions of bits.
 fn walk(part: &VectorPart<'_>) {
-    let bits: Vec<u32> = part.bits().collect();
-    assert!(bits.windows(2).all(|w| w[0] < w[1]), "bits ascend");
-    assert_eq!(bits.len() as u64, part.cardinality());
+    let checked = VectorPart::new(
+        part.dense_keys(),
+        part.dense_words(),
+        part.sparse_keys(),
+        part.sparse_ends(),
+        part.sparse_values(),
+    );
+    assert!(
+        checked.is_ok(),
+        "a part the store reads is well formed: {checked:?}"
+    );
+    assert_eq!(part.is_empty(), part.cardinality() == 0);
 }
 
 /// Cuts `data` into files: each record is a name byte (an index into
 /// [`NAMES`], modulo), a little-endian `u32` length, and that many bytes
-/// (fewer at the end of the input). A name given twice keeps the last.
-fn files(mut data: &[u8]) -> Vec<(&'static str, &[u8])> {
-    let mut files = Vec::new();
+/// (fewer at the end of the input). A name given twice keeps the last, so
+/// only the last record of each name is returned (an input of thousands of
+/// tiny records makes at most one file per name).
+fn files(mut data: &[u8]) -> impl Iterator<Item = (&'static str, &[u8])> {
+    let mut files = [None; NAMES.len()];
     while let [name, rest @ ..] = data {
         let Some((len, rest)) = rest.split_first_chunk::<4>() else {
             break;
         };
         let len = (u32::from_le_bytes(*len) as usize).min(rest.len());
-        files.push((NAMES[usize::from(*name) % NAMES.len()], &rest[..len]));
+        files[usize::from(*name) % NAMES.len()] = Some(&rest[..len]);
         data = &rest[len..];
     }
-    files
+    NAMES
+        .into_iter()
+        .zip(files)
+        .filter_map(|(name, bytes)| Some((name, bytes?)))
 }

@@ -6,18 +6,44 @@
 //! of `VidVector`s ([`import`]: what `Slave.import` does). Both read the
 //! message with the limits every connection uses ([`read_message`]).
 
+use std::ops::Deref;
+
 use bitfold_engine::fold::{Term, UnionPlan};
 use bitfold_engine::{Store, StoreError};
+use capnp::Word;
 use capnp::message::Reader;
-use capnp::serialize::OwnedSegments;
+use capnp::serialize::BufferSegments;
 
 use crate::bitfold_capnp::{part, vid_vector};
 use crate::wire;
 
 /// Reads `bytes` as one Cap'n Proto message (segment table first), with the
-/// traversal limit of every connection (`MAX_MESSAGE_WORDS`).
-pub fn read_message(mut bytes: &[u8]) -> capnp::Result<Reader<OwnedSegments>> {
-    capnp::serialize::read_message(&mut bytes, crate::net::reader_options())
+/// traversal limit of every connection (`MAX_MESSAGE_WORDS`). The message is
+/// read in place, from one aligned copy of the whole words of `bytes` (a
+/// stream reader cannot use a last partial word either): a segment table
+/// that claims more words than follow it is refused without allocating what
+/// it claims. (A connection's stream reader allocates what the table claims,
+/// up to the message bound, before the words arrive.)
+pub fn read_message(bytes: &[u8]) -> capnp::Result<Reader<BufferSegments<Words>>> {
+    let whole = bytes.len() / 8;
+    let mut words = Word::allocate_zeroed_vec(whole);
+    Word::words_to_bytes_mut(&mut words).copy_from_slice(&bytes[..whole * 8]);
+    let options = crate::net::reader_options();
+    Ok(Reader::new(
+        BufferSegments::new(Words(words), options)?,
+        options,
+    ))
+}
+
+/// The words of a message, read as bytes: what [`read_message`] reads.
+pub struct Words(Vec<Word>);
+
+impl Deref for Words {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        Word::words_to_bytes(&self.0)
+    }
 }
 
 /// A vector received as a list of parts, as a slave reads it: its set bits

@@ -194,15 +194,17 @@ pub fn validate(
 }
 
 /// Parses pairs text read from `input` as an import reads a pairs file,
-/// calling `on_pair` for each pair in order; errors name `path` and the
-/// line (cargo feature `fuzzing`, for the fuzz targets).
+/// but at most `chunk` bytes at a time (an import reads 1 MiB), calling
+/// `on_pair` for each pair in order; errors name `path` and the line (cargo
+/// feature `fuzzing`, for the fuzz targets).
 #[cfg(feature = "fuzzing")]
 pub fn parse_pairs<E>(
     input: impl std::io::Read,
+    chunk: usize,
     path: &std::path::Path,
     on_pair: impl FnMut(u64, u32) -> Result<(), E>,
 ) -> Result<(), ReadError<E>> {
-    pairs::parse_from(input, path, &|_| {}, on_pair)
+    pairs::parse_from(input, chunk, path, &|_| {}, on_pair)
 }
 
 /// Reads the input and hands it to `sink` in batches of vectors, ascending

@@ -14,7 +14,7 @@ use super::{Field, ImportError, Problem, ReadError, parse_decimal, show};
 /// The longest line accepted, in bytes (a valid line needs at most 31 plus blanks).
 pub const MAX_LINE: usize = 4096;
 
-/// Bytes read at a time.
+/// Bytes read at a time from a file.
 const CHUNK: usize = 1 << 20;
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -27,19 +27,23 @@ pub(super) fn parse<E>(
     on_pair: impl FnMut(u64, u32) -> Result<(), E>,
 ) -> Result<(), ReadError<E>> {
     let file = File::open(path).map_err(|e| ImportError::io(path, e))?;
-    parse_from(file, path, progress, on_pair)
+    parse_from(file, CHUNK, path, progress, on_pair)
 }
 
-/// Parses the pairs text `input` reads, as [`parse`] does the file at
-/// `path` (the name its errors give).
+/// Parses the pairs text `input` reads, at most `chunk` bytes at a time
+/// (the buffer holds a chunk and a longest line), as [`parse`] does the
+/// file at `path` (the name its errors give).
 pub(super) fn parse_from<E>(
     mut input: impl Read,
+    chunk: usize,
     path: &Path,
     progress: &dyn Fn(u64),
     mut on_pair: impl FnMut(u64, u32) -> Result<(), E>,
 ) -> Result<(), ReadError<E>> {
-    let mut buf = vec![0u8; CHUNK + MAX_LINE + 1];
+    let mut buf = vec![0u8; chunk.max(1) + MAX_LINE + 1];
     let (mut filled, mut line) = (0usize, 1u64);
+    // `buf[..scanned]` holds no line end: a short read scans only what it added.
+    let mut scanned = 0;
     let mut first = true;
     loop {
         let read =
@@ -60,7 +64,8 @@ pub(super) fn parse_from<E>(
         let complete = if at_end {
             filled
         } else {
-            memchr::memrchr(b'\n', &buf[start..filled]).map_or(start, |i| start + i + 1)
+            let from = start.max(scanned);
+            memchr::memrchr(b'\n', &buf[from..filled]).map_or(start, |i| from + i + 1)
         };
         parse_lines(&buf[start..complete], &mut line, &mut on_pair).map_err(|e| match e {
             Stop::Bad(problem, line) => ReadError::Input(ImportError {
@@ -73,8 +78,11 @@ pub(super) fn parse_from<E>(
         if at_end {
             return Ok(());
         }
-        buf.copy_within(complete..filled, 0);
-        filled -= complete;
+        if complete > 0 {
+            buf.copy_within(complete..filled, 0);
+            filled -= complete;
+        }
+        scanned = filled;
         if filled > MAX_LINE {
             return Err(ReadError::Input(ImportError {
                 path: path.to_path_buf(),
