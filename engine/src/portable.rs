@@ -266,9 +266,12 @@ fn read_runs(
         if end > 0xffff {
             return Err(container.error(format!("run {i} goes past position 65535")));
         }
-        if previous_end.is_some_and(|p| start <= p) {
+        // Runs are separated by at least one position, as every roaring
+        // implementation writes them and the `roaring` crate requires.
+        if let Some(p) = previous_end.filter(|&p| start <= p + 1) {
             return Err(container.error(format!(
-                "run {i} starts at {start}, not after the previous run"
+                "run {i} starts at {start}, not after the previous run (ending at {p}) \
+                 and a gap of at least one position"
             )));
         }
         previous_end = Some(end);

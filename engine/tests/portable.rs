@@ -282,6 +282,8 @@ fn runs_are_checked() {
     );
     assert!(problem(&runs(8, &[(1, 2), (3, 3)])).contains("not after the previous run"));
     assert!(problem(&runs(7, &[(10, 3), (1, 2)])).contains("not after the previous run"));
+    // Touching runs (1-3, then 4-6) are refused, as the `roaring` crate does.
+    assert!(problem(&runs(7, &[(1, 2), (4, 2)])).contains("not after the previous run"));
     assert!(problem(&runs(2, &[(65535, 1)])).contains("goes past position 65535"));
     assert!(problem(&runs(9, &[(1, 2), (10, 3)])).contains("declares 9"));
     assert!(problem(&runs(1, &[])).contains("holds 0 bits"));

@@ -17,6 +17,10 @@ use capnp::serialize::BufferSegments;
 use crate::bitfold_capnp::{part, vid_vector};
 use crate::wire;
 
+/// The most vectors one import may hold: [`import`] refuses more before it
+/// reads any of them (docs/protocol.md §7, Limits).
+pub const MAX_IMPORT_VECTORS: u32 = wire::MAX_IMPORT_VECTORS;
+
 /// Reads `bytes` as one Cap'n Proto message (segment table first), with the
 /// traversal limit of every connection (`MAX_MESSAGE_WORDS`). The message is
 /// read in place, from one aligned copy of the whole words of `bytes` (a
