@@ -68,6 +68,9 @@ struct Part {
   sparseKeys @2 :Data;    # u16 per sparse container, ascending
   sparseEnds @3 :Data;    # u32 end offset of each sparse container in sparseValues
   sparseValues @4 :Data;  # u16 positions, ascending within a container
+  fullKeys @5 :Data;      # u16 per all-ones container, ascending; only in
+                          # partial results and term vectors, and then the
+                          # part holds no other container
 }
 
 struct VidVector {

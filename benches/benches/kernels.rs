@@ -20,6 +20,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use roaring::MultiOps;
 
+/// Output words a union's fill works on at a time (64 KiB).
+const CHUNK_WORDS: usize = 8 * CONTAINER_WORDS;
+
 /// Terms of the AND + count benchmarks.
 const AND_TERMS: usize = 4;
 
@@ -51,6 +54,11 @@ fn unions(c: &mut Criterion) {
                 group.bench_function("multi-OR kernel, 1 thread", |b| {
                     b.iter(|| kernels.write_or(&mut out[..srcs[0].len()], black_box(&srcs)))
                 });
+                // The same, 64 KiB of output at a time, stopping where it is
+                // all ones (as a union's fill does): no slower where it never is.
+                group.bench_function("multi-OR until full, 1 thread", |b| {
+                    b.iter(|| or_until_full(&kernels, &mut out[..srcs[0].len()], black_box(&srcs)))
+                });
             }
             group.bench_function("roaring-rs union", |b| {
                 b.iter(|| black_box(&workload.roaring).iter().union().len())
@@ -67,6 +75,22 @@ fn unions(c: &mut Criterion) {
             group.finish();
         }
     }
+}
+
+/// ORs `srcs` into `out` 64 KiB at a time with the kernel that stops where
+/// a window is all ones; returns the sources read in all.
+fn or_until_full(kernels: &Kernels, out: &mut [u64], srcs: &[&[u64]]) -> usize {
+    let mut window: Vec<&[u64]> = Vec::with_capacity(srcs.len());
+    let mut read = 0;
+    for (i, chunk) in out.chunks_mut(CHUNK_WORDS).enumerate() {
+        let start = i * CHUNK_WORDS;
+        window.clear();
+        window.extend(srcs.iter().map(|s| &s[start..start + chunk.len()]));
+        read += kernels
+            .write_or_until_full(chunk, &window)
+            .unwrap_or(window.len());
+    }
+    read
 }
 
 fn and_counts(c: &mut Criterion) {

@@ -162,7 +162,9 @@ fn over_garbage(parts: &[PlannedPart], fill: impl Fn(usize, &mut [u64])) -> Vec<
 }
 
 fn union_over_garbage(plan: &UnionPlan, inputs: &[VectorPart<'_>]) -> Vec<VectorBuf> {
-    over_garbage(plan.parts(), |i, words| plan.fill(i, inputs, words))
+    over_garbage(plan.parts(), |i, words| {
+        plan.fill(i, inputs, words);
+    })
 }
 
 fn intersection_over_garbage(plan: &IntersectionPlan, terms: &[Term<'_, '_>]) -> Vec<VectorBuf> {
@@ -305,4 +307,169 @@ fn wide_unions_of_dense_runs_set_every_input_bit() {
         let result = union_over_garbage(&UnionPlan::new(&inputs), &inputs);
         assert_same_bits(&result, &expected);
     }
+}
+
+/// How an input of a saturation test is made, over its keys.
+#[derive(Debug, Clone)]
+enum Fill {
+    /// Random words: an OR of a few of them is rarely all ones.
+    Random(u64),
+    /// All ones: the OR saturates where it comes.
+    Full,
+    /// The complement of the first input's words: the OR saturates where the
+    /// first input and this one overlap.
+    Complement,
+    /// A sparse container of these positions at every key.
+    Sparse(Vec<u16>),
+}
+
+/// Words of a `Random(seed)` input at `key`, shared by `Complement`.
+fn random_words(seed: u64, key: u16) -> Vec<u64> {
+    let mut state = seed ^ u64::from(key).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (0..CONTAINER_WORDS)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            state ^ (state >> 29)
+        })
+        .collect()
+}
+
+/// Inputs over key ranges that overlap unevenly (windows of every size
+/// within a 64 KiB chunk), saturating early, late, in places, or never.
+fn saturating_inputs() -> impl Strategy<Value = Vec<VectorBuf>> {
+    let fill = prop_oneof![
+        4 => any::<u64>().prop_map(Fill::Random),
+        1 => Just(Fill::Full),
+        1 => Just(Fill::Complement),
+        1 => sparse_values().prop_map(Fill::Sparse),
+    ];
+    let first_seed = any::<u64>();
+    (
+        first_seed,
+        proptest::collection::vec((fill, 0u16..20, 1u16..20), 1..14),
+    )
+        .prop_map(|(first, inputs)| {
+            inputs
+                .into_iter()
+                .map(|(fill, start, len)| {
+                    let mut buf = VectorBuf::new();
+                    for key in start..start + len {
+                        let words = match &fill {
+                            Fill::Random(seed) => random_words(*seed, key),
+                            Fill::Full => vec![u64::MAX; CONTAINER_WORDS],
+                            Fill::Complement => {
+                                random_words(first, key).iter().map(|w| !w).collect()
+                            }
+                            Fill::Sparse(values) => {
+                                buf.push_sparse(key, values).unwrap();
+                                continue;
+                            }
+                        };
+                        buf.push_dense(key, &words.try_into().unwrap()).unwrap();
+                    }
+                    buf
+                })
+                .collect()
+        })
+}
+
+/// Bytes of `part`'s containers at keys where `full` holds an all-ones
+/// container: the most a union may leave unread of it.
+fn bytes_at_full_keys(part: VectorPart<'_>, full: &BTreeSet<u16>) -> u64 {
+    part.containers()
+        .filter(|(key, _)| full.contains(key))
+        .map(|(_, container)| match container {
+            bitfold_engine::ContainerRef::Dense(words) => size_of_val(words) as u64,
+            bitfold_engine::ContainerRef::Sparse(values) => size_of_val(values) as u64,
+        })
+        .sum()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// A union stops reading where its output is all ones, and is still
+    /// exact; what it reports unread lies only where the output is full.
+    #[test]
+    fn a_saturating_union_matches_the_oracle_and_skips_only_full_containers(
+        vectors in saturating_inputs(),
+    ) {
+        let inputs: Vec<VectorPart<'_>> = vectors.iter().map(VectorBuf::as_part).collect();
+        let expected: BTreeSet<u32> = inputs.iter().flat_map(|p| p.bits()).collect();
+        let plan = UnionPlan::new(&inputs);
+        let mut result = Vec::new();
+        let mut unread = Vec::new();
+        for (i, planned) in plan.parts().iter().enumerate() {
+            let mut words = vec![u64::MAX; planned.dense_word_count()];
+            unread.push(plan.fill(i, &inputs, &mut words));
+            result.push(VectorBuf::from_part(planned.with_words(&words)));
+        }
+        assert_well_formed(&result);
+        assert_same_bits(&result, &expected);
+        let full: BTreeSet<u16> = result
+            .iter()
+            .flat_map(|b| b.as_part().containers().collect::<Vec<_>>())
+            .filter(|(_, c)| c.cardinality() == 1 << 16)
+            .map(|(key, _)| key)
+            .collect();
+        for (i, input) in inputs.iter().enumerate() {
+            let skipped: u64 = unread.iter().map(|u| u.bytes(i..i + 1)).sum();
+            prop_assert!(
+                skipped <= bytes_at_full_keys(*input, &full),
+                "input {} skipped {} bytes, more than it holds where the output is full",
+                i,
+                skipped
+            );
+        }
+        if full.is_empty() {
+            prop_assert_eq!(unread.iter().map(|u| u.total()).sum::<u64>(), 0);
+        }
+    }
+}
+
+/// An all-ones input first: every later input over the same chunks is left
+/// unread (the count says so exactly). Last, it is read after all others.
+#[test]
+fn a_union_reads_nothing_after_its_output_is_all_ones() {
+    let keys = 0..16u16;
+    let full = VectorBuf::from_sorted_bits(&(0..16u32 << 16).collect::<Vec<_>>());
+    let others: Vec<VectorBuf> = (0..10)
+        .map(|i| dense_run(0..16, &[i * 7919, (15 << 16) + i]))
+        .collect();
+    let sparse = VectorBuf::from_bits(vec![3, 5 << 16]);
+    let read_all = |order: &[&VectorBuf]| {
+        let inputs: Vec<VectorPart<'_>> = order.iter().map(|v| v.as_part()).collect();
+        let plan = UnionPlan::new(&inputs);
+        assert_eq!(plan.parts().len(), 1);
+        let mut words = vec![0; plan.parts()[0].dense_word_count()];
+        let unread = plan.fill(0, &inputs, &mut words);
+        let result = VectorBuf::from_part(plan.parts()[0].with_words(&words));
+        assert_eq!(result.as_part().cardinality(), 16 << 16, "all ones");
+        unread
+    };
+    let mut first: Vec<&VectorBuf> = vec![&full];
+    first.extend(&others);
+    first.push(&sparse);
+    let unread = read_all(&first);
+    let dense_bytes = (keys.len() * CONTAINER_WORDS * 8) as u64;
+    assert_eq!(unread.bytes(0..1), 0, "the full input is read");
+    for i in 1..=others.len() {
+        assert_eq!(unread.bytes(i..i + 1), dense_bytes, "input {i} is skipped");
+    }
+    assert_eq!(unread.total(), 10 * dense_bytes + 4);
+    assert_eq!(
+        unread.bytes(11..12),
+        4,
+        "the sparse values are not scattered"
+    );
+
+    let mut last: Vec<&VectorBuf> = others.iter().collect();
+    last.push(&full);
+    assert_eq!(
+        read_all(&last).total(),
+        0,
+        "all are read before the full one"
+    );
 }

@@ -96,8 +96,56 @@ fn bit_set(words: &[u64]) -> BTreeSet<u32> {
     bits
 }
 
+/// Operands whose OR may become all ones anywhere: those of [`operands`],
+/// with the complement of one source inserted at some place.
+fn saturating_operands() -> impl Strategy<Value = (Vec<u64>, Vec<Vec<u64>>)> {
+    (operands(), any::<prop::sample::Index>(), any::<bool>()).prop_map(
+        |((acc, mut srcs), at, add)| {
+            if add && let Some(first) = srcs.first() {
+                let complement = first.iter().map(|w| !w).collect();
+                let at = at.index(srcs.len() + 1);
+                srcs.insert(at, complement);
+            }
+            (acc, srcs)
+        },
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The `_until_full` ORs read one source, one, two, then four a pass,
+    /// and stop after the first pass whose OR is all ones, with the OR of
+    /// what they read.
+    #[test]
+    fn or_until_full_stops_after_the_first_full_pass((acc, srcs) in saturating_operands()) {
+        for write in [false, true] {
+            let start = if write { vec![0; acc.len()] } else { acc.clone() };
+            let is_full = |n: usize| naive_or(&start, &srcs[..n]).iter().all(|&w| w == u64::MAX);
+            let passes: Vec<usize> = if srcs.is_empty() {
+                vec![0]
+            } else {
+                [1, 2].into_iter()
+                    .chain((1..).map(|p| 4 * p))
+                    .map(|n| n.min(srcs.len()))
+                    .take_while(|&n| n < srcs.len())
+                    .chain([srcs.len()])
+                    .collect()
+            };
+            let expected = passes.into_iter().find(|&n| is_full(n));
+            for k in variants() {
+                let mut got = acc.clone();
+                let read = if write {
+                    k.write_or_until_full(&mut got, &refs(&srcs))
+                } else {
+                    k.or_many_until_full(&mut got, &refs(&srcs))
+                };
+                prop_assert_eq!(read, expected, "{:?}, write {}", k.isa(), write);
+                let n = read.unwrap_or(srcs.len());
+                prop_assert_eq!(&got, &naive_or(&start, &srcs[..n]), "{:?}", k.isa());
+            }
+        }
+    }
 
     #[test]
     fn or_kernels_match_word_loops((acc, srcs) in operands()) {

@@ -7,7 +7,7 @@ use bitfold_rpc::fuzzing;
 /// The slave's decoding of a request's vectors. The first byte picks how
 /// `data` becomes a message: even, a list of vids and parts built from the
 /// bytes (keys unsorted or repeated, containers overlapping, lengths that
-/// disagree); odd, the bytes read as a
+/// disagree; 2 modulo 4, with full keys too); odd, the bytes read as a
 /// message as they come off the socket. The message's root is read both as
 /// a list of parts (a partial result) and as a list of `VidVector`s (an
 /// import): refused cleanly, or read as the bits a naive decoding of the
@@ -17,7 +17,7 @@ pub fn wire(data: &[u8]) {
         return;
     };
     let bytes = if mode % 2 == 0 {
-        build(rest)
+        build(rest, mode % 4 == 2)
     } else {
         rest.to_vec()
     };
@@ -126,7 +126,11 @@ fn naive(part: part::Reader<'_>) -> Vec<u32> {
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
         .collect();
     let sparse_values = u16s(field(part.get_sparse_values()));
+    let full_keys = u16s(field(part.get_full_keys()));
     let mut bits = Vec::new();
+    for &key in &full_keys {
+        bits.extend((0..1 << 16).map(|low| u32::from(key) << 16 | low));
+    }
     for (i, &key) in dense_keys.iter().enumerate() {
         let words = dense_words[i * 8192..(i + 1) * 8192].chunks_exact(8);
         for (at, word) in words.enumerate() {
@@ -149,8 +153,9 @@ fn naive(part: part::Reader<'_>) -> Vec<u32> {
     bits
 }
 
-/// Serializes a list of `VidVector`s whose shape and contents `data` gives.
-fn build(data: &[u8]) -> Vec<u8> {
+/// Serializes a list of `VidVector`s whose shape and contents `data` gives,
+/// with at most one full key per part if `full`.
+fn build(data: &[u8], full: bool) -> Vec<u8> {
     let mut input = Bytes(data);
     let mut message = capnp::message::Builder::new_default();
     let count = input.byte() % 5;
@@ -173,6 +178,9 @@ fn build(data: &[u8]) -> Vec<u8> {
             part.set_sparse_keys(input.field(2, 8));
             part.set_sparse_ends(input.field(4, 8));
             part.set_sparse_values(input.field(1, 255));
+            if full {
+                part.set_full_keys(input.field(2, 2));
+            }
         }
     }
     capnp::serialize::write_message_to_words(&message)

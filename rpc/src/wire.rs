@@ -1,4 +1,4 @@
-//! Vectors on the wire: a list of `Part`s, each five little-endian `Data`
+//! Vectors on the wire: a list of `Part`s, each six little-endian `Data`
 //! fields read in place.
 //!
 //! Reading casts each `Data` to its element type with
@@ -6,11 +6,17 @@
 //! is zero-copy in practice; an unaligned buffer is copied) and validates
 //! the part with [`VectorPart::new`]. Writing either copies a part or lets a
 //! planned fold fill the dense words straight into the message.
+//!
+//! Partial results and term vectors send each all-ones container as its key
+//! alone (`fullKeys`, [`write_compact`]); [`views`] reads those keys as
+//! containers of a shared all-ones buffer, so a union or an intersection
+//! takes them like any other dense container, without a copy.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 
-use bitfold_engine::fold::{IntersectionPlan, PlannedPart, Term, UnionPlan};
-use bitfold_engine::{MalformedPart, PART_MAX_DENSE, VectorPart};
+use bitfold_engine::fold::{IntersectionPlan, PlannedPart, Term, UnionPlan, Unread};
+use bitfold_engine::{CONTAINER_WORDS, ContainerRef, MalformedPart, PART_MAX_DENSE, VectorPart};
 use bytemuck::Pod;
 
 use crate::bitfold_capnp::part;
@@ -30,10 +36,11 @@ pub(crate) struct WirePart<'a> {
     sparse_keys: Cow<'a, [u16]>,
     sparse_ends: Cow<'a, [u32]>,
     sparse_values: Cow<'a, [u16]>,
+    full_keys: Cow<'a, [u16]>,
 }
 
 impl<'a> WirePart<'a> {
-    /// Reads the five fields of `reader`.
+    /// Reads the six fields of `reader`.
     pub(crate) fn read(reader: part::Reader<'a>) -> capnp::Result<WirePart<'a>> {
         Ok(WirePart {
             dense_keys: cast(reader.get_dense_keys()?, "denseKeys")?,
@@ -41,11 +48,20 @@ impl<'a> WirePart<'a> {
             sparse_keys: cast(reader.get_sparse_keys()?, "sparseKeys")?,
             sparse_ends: cast(reader.get_sparse_ends()?, "sparseEnds")?,
             sparse_values: cast(reader.get_sparse_values()?, "sparseValues")?,
+            full_keys: cast(reader.get_full_keys()?, "fullKeys")?,
         })
     }
 
-    /// The validated view of this part.
+    /// The validated view of this part, which must not have full keys (a
+    /// stored vector or an import has none; [`views`] reads a partial
+    /// result's).
     pub(crate) fn view(&self) -> Result<VectorPart<'_>, MalformedPart> {
+        if !self.full_keys.is_empty() {
+            return Err(MalformedPart(
+                "a part with full keys (fullKeys), which only partial results and term vectors carry"
+                    .into(),
+            ));
+        }
         VectorPart::new(
             &self.dense_keys,
             &self.dense_words,
@@ -53,6 +69,33 @@ impl<'a> WirePart<'a> {
             &self.sparse_ends,
             &self.sparse_values,
         )
+    }
+
+    /// Appends the views of this part's full keys: one per run of
+    /// consecutive keys (at most [`FULL_RUN`] each), over all-ones words.
+    fn push_full_views<'p>(&'p self, views: &mut Vec<VectorPart<'p>>) -> Result<(), MalformedPart> {
+        let others = [
+            self.dense_keys.len(),
+            self.dense_words.len(),
+            self.sparse_keys.len(),
+            self.sparse_ends.len(),
+            self.sparse_values.len(),
+        ];
+        if others.iter().any(|&len| len > 0) {
+            return Err(MalformedPart(
+                "a part with full keys holds other containers too".into(),
+            ));
+        }
+        let keys: &'p [u16] = &self.full_keys;
+        if keys.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(MalformedPart("full keys are not strictly ascending".into()));
+        }
+        let runs = keys.chunk_by(|a, b| u32::from(*a) + 1 == u32::from(*b));
+        for run in runs.flat_map(|run| run.chunks(FULL_RUN)) {
+            let words = &FULL_WORDS[..run.len() * CONTAINER_WORDS];
+            views.push(VectorPart::new(run, words, &[], &[], &[])?);
+        }
+        Ok(())
     }
 
     /// Whether any field had to be copied (its buffer was unaligned).
@@ -100,6 +143,21 @@ pub(crate) const MAX_IMPORT_VECTORS: u32 = 1 << 18;
 /// The most parts in all the vectors of one import message.
 pub(crate) const MAX_IMPORT_PARTS: u32 = 1 << 20;
 
+/// Containers of all-ones words a run of full keys reads as: a run of more
+/// consecutive full keys reads as several views.
+const FULL_RUN: usize = 16;
+
+/// The words full keys read as (128 KiB, shared by every view).
+static FULL_WORDS: [u64; FULL_RUN * CONTAINER_WORDS] = [u64::MAX; FULL_RUN * CONTAINER_WORDS];
+
+/// The most full keys one vector carries, in all its parts: one per key.
+pub(crate) const MAX_FULL_KEYS: usize = 1 << 16;
+
+/// A union's output this large (32 MiB of dense words) is written in place
+/// by [`write_compact`], without looking for full containers: finding them
+/// needs a copy of the output first.
+const COMPACT_MAX_WORDS: usize = 4 << 20;
+
 /// The most chains (terms) one query carries: a query's most terms.
 pub(crate) const MAX_CHAINS: u32 = 10_000;
 
@@ -126,9 +184,24 @@ pub(crate) fn read_parts(list: PartList<'_>) -> capnp::Result<Vec<WirePart<'_>>>
     list.iter().map(WirePart::read).collect()
 }
 
-/// The validated views of `parts`.
+/// The validated views of `parts`, a vector's: a part's full keys read as
+/// all-ones containers (at most [`MAX_FULL_KEYS`] in all).
 pub(crate) fn views<'p>(parts: &'p [WirePart<'_>]) -> capnp::Result<Vec<VectorPart<'p>>> {
-    parts.iter().map(|p| p.view().map_err(failed)).collect()
+    let full: usize = parts.iter().map(|p| p.full_keys.len()).sum();
+    if full > MAX_FULL_KEYS {
+        return Err(capnp::Error::failed(format!(
+            "malformed vector part: {full} full keys in one vector, more than the {MAX_FULL_KEYS} allowed"
+        )));
+    }
+    let mut views = Vec::with_capacity(parts.len());
+    for part in parts {
+        if part.full_keys.is_empty() {
+            views.push(part.view().map_err(failed)?);
+        } else {
+            part.push_full_views(&mut views).map_err(failed)?;
+        }
+    }
+    Ok(views)
 }
 
 /// Reads term vectors as terms, refusing parts that overlap or are out of key order.
@@ -136,17 +209,156 @@ pub(crate) fn terms<'t, 'a>(parts: &'t [Vec<VectorPart<'a>>]) -> capnp::Result<V
     parts.iter().map(|p| Term::new(p).map_err(failed)).collect()
 }
 
-/// Writes the union `plan` of `inputs` into `list`, filling in place.
+/// Writes the union `plan` of `inputs` into `list`, filling in place;
+/// returns what the fill left unread of `inputs`.
 pub(crate) fn write_union(
     mut list: capnp::struct_list::Builder<'_, part::Owned>,
     plan: &UnionPlan,
     inputs: &[VectorPart<'_>],
-) {
+) -> Unread {
+    let mut unread = Unread::default();
     for (i, planned) in plan.parts().iter().enumerate() {
         write_planned(list.reborrow().get(i as u32), planned, |out| {
-            plan.fill(i, inputs, out)
+            unread.add(Some(&plan.fill(i, inputs, out)));
         });
     }
+    unread
+}
+
+/// One container of a union's output, for [`write_compact`].
+#[derive(Debug, Clone, Copy)]
+enum Written<'w> {
+    Full,
+    Dense(&'w [u64]),
+    Sparse(&'w [u16]),
+}
+
+impl Written<'_> {
+    fn is_full(&self) -> bool {
+        matches!(self, Written::Full)
+    }
+}
+
+thread_local! {
+    /// The output of [`write_compact`], kept between calls (up to
+    /// [`SCRATCH_KEEP_WORDS`]) so that each does not fault in fresh pages.
+    static SCRATCH: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
+}
+
+/// The largest scratch buffer a thread keeps (256 KiB).
+const SCRATCH_KEEP_WORDS: usize = 32 * CONTAINER_WORDS;
+
+/// Writes the union `plan` of `inputs` as a partial result or a term
+/// vector, into the list `init` makes for a number of parts: as
+/// [`write_union`] does, but each all-ones dense container travels as its
+/// key alone (`fullKeys`), in parts of their own between the others' so
+/// that the parts still ascend key-disjoint. The output is filled into a
+/// scratch buffer first (the number of parts is known only then), unless it
+/// is over [`COMPACT_MAX_WORDS`]. Returns what the fill left unread of
+/// `inputs`, and the bytes of vector written.
+pub(crate) fn write_compact<'b>(
+    init: impl FnOnce(u32) -> capnp::struct_list::Builder<'b, part::Owned>,
+    plan: &UnionPlan,
+    inputs: &[VectorPart<'_>],
+) -> (Unread, u64) {
+    let total: usize = plan.parts().iter().map(PlannedPart::dense_word_count).sum();
+    if total > COMPACT_MAX_WORDS {
+        let unread = write_union(init(plan.parts().len() as u32), plan, inputs);
+        return (unread, crate::hop::planned_bytes(plan.parts()));
+    }
+    let mut words = SCRATCH.take();
+    words.clear();
+    words.resize(total, 0);
+    let mut unread = Unread::default();
+    let mut containers: Vec<(u16, Written<'_>)> = Vec::new();
+    let mut at = 0;
+    for (i, planned) in plan.parts().iter().enumerate() {
+        let len = planned.dense_word_count();
+        unread.add(Some(&plan.fill(i, inputs, &mut words[at..at + len])));
+        at += len;
+    }
+    at = 0;
+    for planned in plan.parts() {
+        let len = planned.dense_word_count();
+        let part = planned.with_words(&words[at..at + len]);
+        containers.extend(part.containers().map(|(key, container)| {
+            let written = match container {
+                ContainerRef::Dense(w) if w.iter().all(|&w| w == u64::MAX) => Written::Full,
+                ContainerRef::Dense(w) => Written::Dense(w),
+                ContainerRef::Sparse(values) => Written::Sparse(values),
+            };
+            (key, written)
+        }));
+        at += len;
+    }
+    let mut groups: Vec<&[(u16, Written<'_>)]> = Vec::new();
+    for run in containers.chunk_by(|a, b| a.1.is_full() == b.1.is_full()) {
+        let (mut start, mut dense) = (0, 0);
+        for (i, (_, written)) in run.iter().enumerate() {
+            if let Written::Dense(_) = written {
+                if dense == PART_MAX_DENSE {
+                    groups.push(&run[start..i]);
+                    (start, dense) = (i, 0);
+                }
+                dense += 1;
+            }
+        }
+        groups.push(&run[start..]);
+    }
+    if groups.is_empty() {
+        groups.push(&[]);
+    }
+    let mut list = init(groups.len() as u32);
+    let mut bytes = 0;
+    for (i, group) in groups.iter().enumerate() {
+        bytes += write_containers(list.reborrow().get(i as u32), group);
+    }
+    drop(containers);
+    if words.capacity() <= SCRATCH_KEEP_WORDS {
+        SCRATCH.set(words);
+    }
+    (unread, bytes)
+}
+
+/// Writes `containers` (ascending keys, at most [`PART_MAX_DENSE`] dense)
+/// as one part; returns its bytes of vector (words, keys, ends and values).
+fn write_containers(mut builder: part::Builder<'_>, containers: &[(u16, Written<'_>)]) -> u64 {
+    let (mut full, mut dense_keys) = (Vec::new(), Vec::new());
+    let (mut sparse_keys, mut ends, mut values) = (Vec::new(), Vec::new(), Vec::new());
+    for &(key, written) in containers {
+        match written {
+            Written::Full => full.push(key),
+            Written::Dense(_) => dense_keys.push(key),
+            Written::Sparse(positions) => {
+                sparse_keys.push(key);
+                values.extend_from_slice(positions);
+                ends.push(values.len() as u32);
+            }
+        }
+    }
+    put(
+        builder
+            .reborrow()
+            .init_dense_keys(data_len(dense_keys.len() * 2)),
+        &dense_keys,
+    );
+    let out = builder
+        .reborrow()
+        .init_dense_words(data_len(dense_keys.len() * CONTAINER_WORDS * 8));
+    let dense = containers.iter().filter_map(|(_, written)| match written {
+        Written::Dense(words) => Some(words),
+        _ => None,
+    });
+    for (words, out) in dense.zip(out.chunks_exact_mut(CONTAINER_WORDS * 8)) {
+        out.copy_from_slice(bytemuck::cast_slice(words));
+    }
+    write_sparse(builder.reborrow(), &sparse_keys, &ends, &values);
+    put(builder.init_full_keys(data_len(full.len() * 2)), &full);
+    (size_of_val(&full[..])
+        + dense_keys.len() * (2 + CONTAINER_WORDS * 8)
+        + size_of_val(&sparse_keys[..])
+        + size_of_val(&ends[..])
+        + size_of_val(&values[..])) as u64
 }
 
 /// Writes the intersection `plan` of `terms` into `list`, filling in place.
@@ -278,6 +490,7 @@ pub(crate) fn pieces<'a>(part: &VectorPart<'a>) -> Vec<VectorPart<'a>> {
 mod tests {
     use super::*;
     use bitfold_engine::VectorBuf;
+    use std::collections::BTreeSet;
 
     fn round_trip(part: &VectorPart<'_>) -> Vec<u32> {
         let mut message = capnp::message::Builder::new_default();
@@ -308,7 +521,7 @@ mod tests {
             .initn_root::<capnp::struct_list::Builder<part::Owned>>(plan.parts().len() as u32);
         for (i, planned) in plan.parts().iter().enumerate() {
             write_planned(list.reborrow().get(i as u32), planned, |out| {
-                plan.fill(i, &inputs, out)
+                plan.fill(i, &inputs, out);
             });
         }
         let reader = message.get_root_as_reader::<PartList>().unwrap();
@@ -322,6 +535,94 @@ mod tests {
         want.sort_unstable();
         want.dedup();
         assert_eq!(got, want);
+    }
+
+    /// A one-part list `build` writes, read back as views; the error if refused.
+    fn read_built(build: impl FnOnce(part::Builder<'_>)) -> Result<usize, String> {
+        let mut message = capnp::message::Builder::new_default();
+        build(
+            message
+                .initn_root::<capnp::struct_list::Builder<part::Owned>>(1)
+                .get(0),
+        );
+        let parts = read_parts(message.get_root_as_reader().unwrap()).unwrap();
+        views(&parts).map(|v| v.len()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn full_containers_travel_as_keys_in_parts_of_their_own() {
+        // Keys 0, 2, 3 and 5 full; 1 dense but not full; 4 sparse.
+        let full: Vec<u32> = [0u32, 2, 3, 5]
+            .iter()
+            .flat_map(|&k| (k << 16)..((k + 1) << 16))
+            .collect();
+        let a = VectorBuf::from_sorted_bits(&full);
+        let b = VectorBuf::from_bits(
+            (0..3000)
+                .map(|i| (1 << 16) + i * 3)
+                .chain([(4 << 16) + 9, 7])
+                .collect(),
+        );
+        let inputs = [b.as_part(), a.as_part()];
+        let plan = UnionPlan::new(&inputs);
+        let mut message = capnp::message::Builder::new_default();
+        let (_, bytes) = write_compact(|n| message.initn_root(n), &plan, &inputs);
+        assert_eq!(
+            bytes,
+            4 * 2 + (2 + 8192) + (2 + 4 + 2),
+            "keys, one dense container, one sparse"
+        );
+        let list: PartList<'_> = message.get_root_as_reader().unwrap();
+        assert_eq!(list.len(), 5, "full, dense, full, sparse, full");
+        let full_keys: Vec<usize> = list
+            .iter()
+            .map(|p| p.get_full_keys().unwrap().len() / 2)
+            .collect();
+        assert_eq!(full_keys, [1, 0, 2, 0, 1]);
+        let parts = read_parts(list).unwrap();
+        let views = views(&parts).unwrap();
+        assert!(Term::new(&views).is_ok(), "the parts still form a term");
+        let got: BTreeSet<u32> = views.iter().flat_map(|p| p.bits()).collect();
+        let want: BTreeSet<u32> = inputs.iter().flat_map(|p| p.bits()).collect();
+        assert_eq!(got, want);
+        assert!(
+            parts[0].view().is_err(),
+            "an import may not carry full keys"
+        );
+    }
+
+    #[test]
+    fn malformed_full_keys_are_refused() {
+        let keys = |keys: &[u16]| bytemuck::cast_slice::<u16, u8>(keys).to_vec();
+        assert_eq!(
+            read_built(|mut p| p.set_full_keys(&keys(&[1, 2, 3, 9]))),
+            Ok(2)
+        );
+        let err = read_built(|mut p| p.set_full_keys(&keys(&[3, 2]))).unwrap_err();
+        assert!(
+            err.contains("full keys are not strictly ascending"),
+            "{err}"
+        );
+        let err = read_built(|mut p| {
+            p.set_full_keys(&keys(&[3]));
+            p.set_sparse_keys(&keys(&[4]));
+        })
+        .unwrap_err();
+        assert!(err.contains("holds other containers too"), "{err}");
+        let all: Vec<u16> = (0..=u16::MAX).collect();
+        let mut message = capnp::message::Builder::new_default();
+        {
+            let mut list = message.initn_root::<capnp::struct_list::Builder<part::Owned>>(2);
+            list.reborrow().get(0).set_full_keys(&keys(&all));
+            list.get(1).set_full_keys(&keys(&all[..1]));
+        }
+        let parts = read_parts(message.get_root_as_reader().unwrap()).unwrap();
+        let err = views(&parts).err().unwrap().to_string();
+        assert!(
+            err.contains("65537 full keys in one vector, more than the 65536"),
+            "{err}"
+        );
+        assert_eq!(views(&parts[..1]).unwrap().len(), 65_536 / FULL_RUN);
     }
 
     #[test]

@@ -17,6 +17,9 @@
 //! The fan-out plan moves each machine's partial result once, straight to
 //! the coordinator: 2 buffers per extra machine (its OR, filled in place
 //! into its reply, and the coordinator's socket read).
+//!
+//! A partial result that is all ones travels as its container keys alone:
+//! no big buffer at all.
 
 mod common;
 
@@ -73,8 +76,9 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 /// Buffers of 100 KiB and more filled by a count query over 1..=4 machines
-/// under `plan`, and their differences (the cost of one more machine).
-fn buffers_per_machine(plan: PlanChoice) -> (Vec<u64>, Vec<u64>) {
+/// under `plan`, each vector's words all `word`, and their differences (the
+/// cost of one more machine).
+fn buffers_per_machine(plan: PlanChoice, word: u64) -> (Vec<u64>, Vec<u64>) {
     // The counter is process-wide: one measurement at a time.
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -83,16 +87,16 @@ fn buffers_per_machine(plan: PlanChoice) -> (Vec<u64>, Vec<u64>) {
         o.plan = plan;
     });
     let client = cluster.client();
-    // One vid on each slave, ascending; each vector is 16 full dense
-    // containers (128 KiB) over the same keys, so every partial result is
-    // 128 KiB too.
+    // One vid on each slave, ascending; each vector is 16 dense containers
+    // (128 KiB) of the same words over the same keys, so every partial
+    // result is 128 KiB too (unless all ones).
     let mut vids: Vec<u64> = (0..4)
         .map(|slave| (0..).find(|&v| placement::primary(v, 4) == slave).unwrap())
         .collect();
     vids.sort_unstable();
     let mut vector = VectorBuf::new();
     for key in 0..16 {
-        vector.push_dense(key, &[u64::MAX; 1024]).unwrap();
+        vector.push_dense(key, &[word; 1024]).unwrap();
     }
     let batch: Vec<_> = vids.iter().map(|&v| (v, vector.as_part())).collect();
     client.import(&batch).unwrap();
@@ -107,7 +111,10 @@ fn buffers_per_machine(plan: PlanChoice) -> (Vec<u64>, Vec<u64>) {
         let before = BIG_ALLOCATIONS.load(Ordering::Relaxed);
         let answer = client.query(&message, Format::Count).unwrap();
         buffers.push(BIG_ALLOCATIONS.load(Ordering::Relaxed) - before);
-        assert_eq!(answer, Answer::Count(16 << 16));
+        assert_eq!(
+            answer,
+            Answer::Count(16 * 1024 * u64::from(word.count_ones()))
+        );
     }
     let per_hop: Vec<u64> = buffers.windows(2).map(|w| w[1] - w[0]).collect();
     println!(
@@ -119,7 +126,7 @@ fn buffers_per_machine(plan: PlanChoice) -> (Vec<u64>, Vec<u64>) {
 
 #[test]
 fn a_hop_fills_four_buffers_of_the_partial_result() {
-    let (_, per_hop) = buffers_per_machine(PlanChoice::Chain);
+    let (_, per_hop) = buffers_per_machine(PlanChoice::Chain, 0x5555_5555_5555_5555);
     // The first extra machine replaces the coordinator's own result buffer
     // with a forward, so it adds one less; every later one adds the same.
     assert_eq!(per_hop[0] + 1, per_hop[1], "{per_hop:?}");
@@ -129,6 +136,14 @@ fn a_hop_fills_four_buffers_of_the_partial_result() {
 
 #[test]
 fn a_fan_out_fills_two_buffers_per_machine() {
-    let (buffers, per_machine) = buffers_per_machine(PlanChoice::FanOut);
+    let (buffers, per_machine) = buffers_per_machine(PlanChoice::FanOut, 0x5555_5555_5555_5555);
     assert_eq!(per_machine, [2, 2, 2], "buffers per query: {buffers:?}");
+}
+
+#[test]
+fn a_partial_result_of_all_ones_fills_no_buffer() {
+    for plan in [PlanChoice::Chain, PlanChoice::FanOut] {
+        let (buffers, _) = buffers_per_machine(plan, u64::MAX);
+        assert_eq!(buffers, [0, 0, 0, 0], "{plan} plan");
+    }
 }

@@ -19,7 +19,7 @@ mod intersection;
 mod union;
 
 pub use intersection::{IntersectionPlan, Term, intersection_count};
-pub use union::UnionPlan;
+pub use union::{UnionPlan, Unread};
 
 use crate::vector::{CONTAINER_WORDS, PART_MAX_DENSE, VectorBuf, VectorPart};
 

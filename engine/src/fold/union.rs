@@ -6,9 +6,15 @@
 //! dense, and where each input container's words or values go. Filling then
 //! streams coalesced runs of input words through the fused multi-source OR,
 //! chunk by chunk, and scatters the sparse inputs that land in dense outputs.
+//!
+//! A chunk whose inputs' OR becomes all ones stops reading them (an OR of
+//! many dense vectors saturates quickly): inputs are folded in the order
+//! given, so a caller puts the widest first, and the fill reports what it
+//! left unread ([`Unread`]).
 
 use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
+use std::ops::Range;
 
 use rayon::prelude::*;
 
@@ -61,6 +67,56 @@ struct UnionFill {
     input_words: usize,
 }
 
+/// The bytes of each input a union's fill did not read: dense words, and
+/// sparse values it would have scattered, of output chunks that were
+/// already all ones when their turn came.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unread {
+    bytes: Vec<u64>,
+}
+
+impl Unread {
+    fn new(inputs: usize) -> Unread {
+        Unread {
+            bytes: vec![0; inputs],
+        }
+    }
+
+    /// Bytes left unread of the inputs at `inputs` (indices into the
+    /// inputs of the fill; those past its inputs count nothing).
+    pub fn bytes(&self, inputs: Range<usize>) -> u64 {
+        let end = inputs.end.min(self.bytes.len());
+        self.bytes
+            .get(inputs.start.min(end)..end)
+            .map_or(0, |bytes| bytes.iter().sum())
+    }
+
+    /// Bytes left unread of every input.
+    pub fn total(&self) -> u64 {
+        self.bytes.iter().sum()
+    }
+
+    /// Adds the counts of `other` (another fill of the same inputs) to these.
+    pub fn add(&mut self, other: Option<&Unread>) {
+        let Some(other) = other else { return };
+        if self.bytes.len() < other.bytes.len() {
+            self.bytes.resize(other.bytes.len(), 0);
+        }
+        for (a, b) in self.bytes.iter_mut().zip(&other.bytes) {
+            *a += b;
+        }
+    }
+
+    fn merged(mut self, other: Unread) -> Unread {
+        self.add(Some(&other));
+        self
+    }
+
+    fn skip(&mut self, input: u32, bytes: usize) {
+        self.bytes[input as usize] += bytes as u64;
+    }
+}
+
 /// The plan of a union (OR) of any number of parts, in any order, overlapping or not.
 #[derive(Debug, Clone)]
 pub struct UnionPlan {
@@ -85,34 +141,47 @@ impl UnionPlan {
     /// Writes the dense containers of output part `part` into `out`, which
     /// must hold exactly [`PlannedPart::dense_word_count`] words (anything in
     /// it is overwritten). `inputs` must be the parts the plan was made from.
+    /// Where an output chunk becomes all ones, the inputs after that point
+    /// (in the order of `inputs`) are not read: the result says how many of
+    /// their bytes were skipped.
     ///
     /// # Panics
     ///
     /// If `out` has the wrong length, or `inputs` are not the plan's (when
     /// that shows: their number differs, or a container is out of range).
-    pub fn fill(&self, part: usize, inputs: &[VectorPart<'_>], out: &mut [u64]) {
+    pub fn fill(&self, part: usize, inputs: &[VectorPart<'_>], out: &mut [u64]) -> Unread {
         let planned = &self.parts[part];
         check_fill(planned, out, inputs.len(), self.inputs);
         let fill = &self.fills[part];
         let tasks = task_count(out.len(), fill.input_words);
+        let mut unread = Unread::new(inputs.len());
         if tasks <= 1 {
-            fill_range(&fill.runs, &fill.scatters, inputs, 0, out);
+            fill_range(&fill.runs, &fill.scatters, inputs, 0, out, &mut unread);
         } else if out.len() < 2 * CHUNK_WORDS * rayon::current_num_threads() && fill.runs.len() > 1
         {
-            fill_by_inputs(fill, inputs, out);
+            fill_by_inputs(fill, inputs, out, &mut unread);
         } else {
             let task_words = out.len().div_ceil(tasks).next_multiple_of(CONTAINER_WORDS);
-            out.par_chunks_mut(task_words)
+            let skipped = out
+                .par_chunks_mut(task_words)
                 .enumerate()
-                .for_each(|(t, words)| {
-                    fill_range(&fill.runs, &fill.scatters, inputs, t * task_words, words)
-                });
+                .map(|(t, words)| {
+                    let mut unread = Unread::new(inputs.len());
+                    let runs = (&fill.runs, &fill.scatters);
+                    fill_range(runs.0, runs.1, inputs, t * task_words, words, &mut unread);
+                    unread
+                })
+                .reduce_with(Unread::merged);
+            unread.add(skipped.as_ref());
         }
+        unread
     }
 
     /// Runs the whole fold into owned vectors, one per output part.
     pub fn run(&self, inputs: &[VectorPart<'_>]) -> Vec<VectorBuf> {
-        run_parts(&self.parts, |i, words| self.fill(i, inputs, words))
+        run_parts(&self.parts, |i, words| {
+            self.fill(i, inputs, words);
+        })
     }
 }
 
@@ -122,31 +191,38 @@ impl UnionPlan {
 /// together. Splitting a small output instead would cut each input into
 /// pieces too short for the prefetcher. (More groups than cores balanced
 /// better in theory but measured slower: more copies to merge.)
-fn fill_by_inputs(fill: &UnionFill, inputs: &[VectorPart<'_>], out: &mut [u64]) {
+fn fill_by_inputs(
+    fill: &UnionFill,
+    inputs: &[VectorPart<'_>],
+    out: &mut [u64],
+    unread: &mut Unread,
+) {
     let groups = rayon::current_num_threads().min(fill.runs.len());
     let group_runs =
         |g: usize| -> Vec<DenseRun> { fill.runs.iter().skip(g).step_by(groups).copied().collect() };
     let len = out.len();
     let (_, rest) = rayon::join(
-        || fill_range(&group_runs(0), &fill.scatters, inputs, 0, out),
+        || fill_range(&group_runs(0), &fill.scatters, inputs, 0, out, unread),
         || {
             (1..groups)
                 .into_par_iter()
                 .map(|g| {
                     let mut words = take_spare(len);
-                    fill_range(&group_runs(g), &[], inputs, 0, &mut words);
-                    words
+                    let mut unread = Unread::new(inputs.len());
+                    fill_range(&group_runs(g), &[], inputs, 0, &mut words, &mut unread);
+                    (words, unread)
                 })
-                .reduce_with(|mut acc, words| {
+                .reduce_with(|(mut acc, unread), (words, more)| {
                     Kernels::best().or_into(&mut acc, &words);
                     give_spare(words);
-                    acc
+                    (acc, unread.merged(more))
                 })
         },
     );
-    if let Some(words) = rest {
+    if let Some((words, more)) = rest {
         Kernels::best().or_into(out, &words);
         give_spare(words);
+        unread.add(Some(&more));
     }
 }
 
@@ -181,19 +257,33 @@ fn give_spare(words: Vec<u64>) {
     );
 }
 
+/// A window of one input's words folded into an output chunk.
+struct Piece<'a> {
+    /// First word in the chunk.
+    start: usize,
+    /// Length in words.
+    len: usize,
+    /// Index of the input part.
+    input: u32,
+    words: &'a [u64],
+}
+
 /// Fills `out`, the output part's words from `lo` on, chunk by chunk, from
-/// `runs` (ascending by output word) and `scatters` (ascending by slot).
+/// `runs` (ascending by output word, inputs in order at each) and
+/// `scatters` (ascending by slot); counts in `unread` the inputs it skipped
+/// where a chunk was already all ones.
 fn fill_range(
     runs: &[DenseRun],
     scatters: &[Scatter],
     inputs: &[VectorPart<'_>],
     lo: usize,
     out: &mut [u64],
+    unread: &mut Unread,
 ) {
     let kernels = Kernels::best();
     let mut next_run = 0;
     let mut active: Vec<DenseRun> = Vec::new();
-    let mut pieces: Vec<(usize, usize, &[u64])> = Vec::new();
+    let mut pieces: Vec<Piece<'_>> = Vec::new();
     let mut srcs: Vec<&[u64]> = Vec::new();
     let first_slot = (lo / CONTAINER_WORDS) as u32;
     let mut next_scatter = scatters.partition_point(|s| s.slot < first_slot);
@@ -212,37 +302,62 @@ fn fill_range(
             let (start, end) = (run.out.max(c0), run.end().min(c1));
             let words = inputs[run.input as usize].dense_words();
             let src = run.src + (start - run.out);
-            pieces.push((start - c0, end - start, &words[src..src + (end - start)]));
+            pieces.push(Piece {
+                start: start - c0,
+                len: end - start,
+                input: run.input,
+                words: &words[src..src + (end - start)],
+            });
         }
-        // Equal windows side by side, the widest first at each start.
-        pieces.sort_unstable_by_key(|&(start, len, _)| (start, Reverse(len)));
+        // Equal windows side by side, the widest first at each start, each
+        // window's inputs in the caller's order.
+        pieces.sort_unstable_by_key(|p| (p.start, Reverse(p.len), p.input));
         let overwrite = pieces
             .first()
-            .is_some_and(|&(start, len, _)| start == 0 && len == chunk.len());
+            .is_some_and(|p| p.start == 0 && p.len == chunk.len());
         if !overwrite {
             chunk.fill(0);
         }
-        for (i, group) in pieces.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)).enumerate() {
-            let (start, len, _) = group[0];
-            srcs.clear();
-            srcs.extend(group.iter().map(|p| p.2));
-            let target = &mut chunk[start..start + len];
-            if i == 0 && overwrite {
-                kernels.write_or(target, &srcs);
+        // Whether the whole chunk is all ones: nothing more can change it.
+        let mut full = false;
+        for (i, group) in pieces
+            .chunk_by(|a, b| (a.start, a.len) == (b.start, b.len))
+            .enumerate()
+        {
+            let (start, len) = (group[0].start, group[0].len);
+            let read = if full {
+                Some(0)
             } else {
-                kernels.or_many_into(target, &srcs);
+                srcs.clear();
+                srcs.extend(group.iter().map(|p| p.words));
+                let target = &mut chunk[start..start + len];
+                if i == 0 && overwrite {
+                    kernels.write_or_until_full(target, &srcs)
+                } else {
+                    kernels.or_many_until_full(target, &srcs)
+                }
+            };
+            if let Some(read) = read {
+                full |= len == chunk.len();
+                for piece in &group[read..] {
+                    unread.skip(piece.input, piece.len * 8);
+                }
             }
         }
         let end_slot = (c1 / CONTAINER_WORDS) as u32;
         while let Some(scatter) = scatters.get(next_scatter).filter(|s| s.slot < end_slot) {
             let input = &inputs[scatter.input as usize];
             let values = input.sparse_container(scatter.container as usize);
+            next_scatter += 1;
+            if full {
+                unread.skip(scatter.input, size_of_val(values));
+                continue;
+            }
             let at = scatter.slot as usize * CONTAINER_WORDS - c0;
             let container = (&mut chunk[at..at + CONTAINER_WORDS])
                 .try_into()
                 .expect("a dense container is CONTAINER_WORDS words");
             set_positions(container, values);
-            next_scatter += 1;
         }
         c0 = c1;
     }
@@ -460,7 +575,7 @@ impl KeyScratch {
 
         let mut scatters = scatters.into_iter();
         for (fill, &(count, values)) in fills.iter_mut().zip(&per_part) {
-            fill.runs.sort_unstable_by_key(|r| r.out);
+            fill.runs.sort_unstable_by_key(|r| (r.out, r.input));
             fill.scatters = scatters.by_ref().take(count).collect();
             fill.input_words = fill.runs.iter().map(|r| r.len).sum::<usize>() + values * 4;
         }

@@ -131,6 +131,73 @@ pub(super) fn write_and(out: &mut [u64], srcs: &[&[u64]]) {
     fold_blocks::<true, true>(out, srcs);
 }
 
+/// `acc = OR(srcs)` if `WRITE`, else `acc |= OR(srcs)`, for exactly `N`
+/// sources; whether `acc` is now all ones.
+#[inline(always)]
+fn or_n_full<const N: usize, const WRITE: bool>(acc: &mut [u64], srcs: &[&[u64]]) -> bool {
+    let srcs: [&[u64]; N] = std::array::from_fn(|s| &srcs[s][..acc.len()]);
+    let mut all = u64::MAX;
+    for (i, a) in acc.iter_mut().enumerate() {
+        let mut v = if WRITE { 0 } else { *a };
+        for src in &srcs {
+            v |= src[i];
+        }
+        *a = v;
+        all &= v;
+    }
+    all == u64::MAX
+}
+
+/// One OR pass of up to [`FUSE`] sources over the whole of `acc`; whether
+/// `acc` is now all ones.
+#[inline(always)]
+fn or_group_full<const WRITE: bool>(acc: &mut [u64], group: &[&[u64]]) -> bool {
+    match group.len() {
+        0 if WRITE => {
+            acc.fill(0);
+            acc.is_empty()
+        }
+        0 => acc.iter().all(|&w| w == u64::MAX),
+        1 => or_n_full::<1, WRITE>(acc, group),
+        2 => or_n_full::<2, WRITE>(acc, group),
+        3 => or_n_full::<3, WRITE>(acc, group),
+        _ => or_n_full::<4, WRITE>(acc, group),
+    }
+}
+
+/// ORs `srcs` into `acc` (overwriting it first if `WRITE`) in passes over
+/// the whole of `acc` of one source, one, two, then [`FUSE`] each (a
+/// saturating OR often needs only its first one or two sources), and stops
+/// after the first pass that leaves `acc` all ones: the number of sources
+/// read then, or `None` if it never was (every source was read).
+#[inline(always)]
+fn or_until_full<const WRITE: bool>(acc: &mut [u64], srcs: &[&[u64]]) -> Option<usize> {
+    let mut read = srcs.len().min(1);
+    if or_group_full::<WRITE>(acc, &srcs[..read]) {
+        return Some(read);
+    }
+    let mut pass = 1;
+    while read < srcs.len() {
+        let end = srcs.len().min(read + pass);
+        if or_group_full::<false>(acc, &srcs[read..end]) {
+            return Some(end);
+        }
+        read = end;
+        pass = FUSE.min(2 * pass);
+    }
+    None
+}
+
+#[inline(always)]
+pub(super) fn or_many_until_full(acc: &mut [u64], srcs: &[&[u64]]) -> Option<usize> {
+    or_until_full::<false>(acc, srcs)
+}
+
+#[inline(always)]
+pub(super) fn write_or_until_full(out: &mut [u64], srcs: &[&[u64]]) -> Option<usize> {
+    or_until_full::<true>(out, srcs)
+}
+
 /// Bits set in the AND of exactly `N` equally long slices.
 #[inline(always)]
 fn and_count_n<const N: usize>(inputs: &[&[u64]]) -> u64 {

@@ -14,6 +14,10 @@
 //! four sources), 64 KiB of accumulator at a time so that the accumulator
 //! stays in L2 while the sources stream from memory.
 //!
+//! The `_until_full` ORs check, after each pass, whether the accumulator
+//! has become all ones, and stop there: the rest of the sources cannot
+//! change it.
+//!
 //! The free functions use [`Kernels::best`]; [`Kernels::new`] picks a given
 //! variant (tests run every variant the CPU has). Accumulators are any
 //! `&mut [u64]`: no alignment beyond `u64` is assumed.
@@ -99,6 +103,16 @@ macro_rules! variant {
             #[target_feature(enable = $features)]
             pub(super) fn write_or(out: &mut [u64], srcs: &[&[u64]]) {
                 generic::write_or(out, srcs)
+            }
+
+            #[target_feature(enable = $features)]
+            pub(super) fn or_many_until_full(acc: &mut [u64], srcs: &[&[u64]]) -> Option<usize> {
+                generic::or_many_until_full(acc, srcs)
+            }
+
+            #[target_feature(enable = $features)]
+            pub(super) fn write_or_until_full(out: &mut [u64], srcs: &[&[u64]]) -> Option<usize> {
+                generic::write_or_until_full(out, srcs)
             }
 
             #[target_feature(enable = $features)]
@@ -218,6 +232,33 @@ impl Kernels {
     pub fn write_or(&self, out: &mut [u64], srcs: &[&[u64]]) {
         check_lengths("write_or", out.len(), srcs);
         dispatch!(self, write_or(out, srcs))
+    }
+
+    /// Like [`Kernels::or_many_into`], but stops once `acc` is all ones:
+    /// passes over the whole of `acc` (meant for a window that stays in
+    /// cache, such as 64 KiB) of one source, one, two, then four each,
+    /// checking after each pass. Returns how
+    /// many sources it read before `acc` became all ones, or `None` if it
+    /// never did (it read them all). A union reads fewer inputs this way
+    /// where their OR saturates.
+    ///
+    /// # Panics
+    ///
+    /// If a source's length differs from `acc`'s.
+    pub fn or_many_until_full(&self, acc: &mut [u64], srcs: &[&[u64]]) -> Option<usize> {
+        check_lengths("or_many_until_full", acc.len(), srcs);
+        dispatch!(self, or_many_until_full(acc, srcs))
+    }
+
+    /// Like [`Kernels::or_many_until_full`], but overwrites `out` (as
+    /// [`Kernels::write_or`] does) instead of ORing into it.
+    ///
+    /// # Panics
+    ///
+    /// If a source's length differs from `out`'s.
+    pub fn write_or_until_full(&self, out: &mut [u64], srcs: &[&[u64]]) -> Option<usize> {
+        check_lengths("write_or_until_full", out.len(), srcs);
+        dispatch!(self, write_or_until_full(out, srcs))
     }
 
     /// `acc[i] &= srcs[0][i] & srcs[1][i] & ...` for every word.

@@ -245,6 +245,8 @@ pub struct Cover<'s> {
     pub parts: Vec<VectorPart<'s>>,
     /// What they are and what they cost.
     pub stats: CoverStats,
+    /// Per part: 1 + its level, 0 for a single vector.
+    ranks: Vec<u8>,
 }
 
 impl<'s> Cover<'s> {
@@ -255,6 +257,21 @@ impl<'s> Cover<'s> {
         }
         self.stats.bytes += part.byte_len();
         self.parts.push(part);
+        self.ranks.push(level.map_or(0, |level| level as u8 + 1));
+    }
+
+    /// Orders the parts widest first (the aggregates of the widest level
+    /// down to single vectors), keeping their order otherwise: a union
+    /// reads them in this order and stops where their OR is all ones, which
+    /// a few wide aggregates reach soonest.
+    pub(crate) fn widest_first(&mut self) {
+        let mut ranked: Vec<(u8, VectorPart<'s>)> =
+            self.ranks.drain(..).zip(self.parts.drain(..)).collect();
+        ranked.sort_by_key(|&(rank, _)| std::cmp::Reverse(rank));
+        for (rank, part) in ranked {
+            self.ranks.push(rank);
+            self.parts.push(part);
+        }
     }
 
     /// Adds the parts `segment` holds of `vids` (ascending, distinct; none

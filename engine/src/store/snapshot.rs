@@ -70,7 +70,8 @@ impl Snapshot {
     /// vector parts. An aggregate of a segment written by an update covers
     /// the older segments' vectors of its block too, which are then not
     /// read. The cost of choosing is O(len(vids)) per level and segment,
-    /// not the width of the blocks.
+    /// not the width of the blocks. The parts come widest first: a union
+    /// reading them in order stops soonest where their OR is all ones.
     ///
     /// # Panics
     ///
@@ -92,6 +93,7 @@ impl Snapshot {
                 wanted.retain(|&vid| !segment.kind(vid).is_some_and(RecordKind::ends_chain));
             }
         }
+        cover.widest_first();
         cover
     }
 

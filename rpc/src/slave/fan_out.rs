@@ -16,7 +16,7 @@ use capnp::capability::{Promise, Response};
 
 use crate::bitfold_capnp::{HopKind, gather_result, slave};
 use crate::budget::Budget;
-use crate::hop::{self, Hop};
+use crate::hop::Hop;
 use crate::wire::{self, WirePart};
 
 use super::Slave;
@@ -77,11 +77,10 @@ pub(crate) fn gather(
     let mut lists = results.get().init_result().init_terms(inputs.len() as u32);
     for (i, parts) in inputs.iter().enumerate() {
         let plan = UnionPlan::new(parts);
-        let list = lists.reborrow().init(i as u32, plan.parts().len() as u32);
-        wire::write_union(list, &plan, parts);
-        if began.is_some() {
-            sent += hop::planned_bytes(plan.parts());
-        }
+        let (unread, bytes) =
+            wire::write_compact(|n| lists.reborrow().init(i as u32, n), &plan, parts);
+        read = slave.unread(read, unread.total());
+        sent += bytes;
     }
     if let Some(began) = began {
         let hop = Hop::ending_now(0, HopKind::Gather, began, vids_read, read, sent);
@@ -216,13 +215,14 @@ pub(crate) async fn term_vectors(
     }
     let mut sent = 0;
     for (term, end) in ends.iter_mut().enumerate() {
-        let mut inputs = std::mem::take(&mut own[term]);
-        inputs.extend(wire::views(&remote[term])?);
+        // The other machines' ORs first: they are the likeliest to be full.
+        let mut inputs = wire::views(&remote[term])?;
+        let received = inputs.len();
+        inputs.append(&mut own[term]);
         let plan = UnionPlan::new(&inputs);
-        wire::write_union(end.init_vector(plan.parts().len() as u32), &plan, &inputs);
-        if report {
-            sent += hop::planned_bytes(plan.parts());
-        }
+        let (unread, bytes) = wire::write_compact(|n| end.init_vector(n), &plan, &inputs);
+        own_read = slave.unread(own_read, unread.bytes(received..inputs.len()));
+        sent += bytes;
     }
     if let (Some(hops), Some(began)) = (hops, began) {
         let hop = Hop::ending_now(you, HopKind::Gather, began, own_vids, own_read, sent);

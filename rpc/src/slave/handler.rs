@@ -13,7 +13,7 @@ use std::cell::Cell;
 use std::time::Instant;
 
 use bitfold_engine::VectorPart;
-use bitfold_engine::fold::UnionPlan;
+use bitfold_engine::fold::{UnionPlan, Unread};
 use capnp::capability::{Promise, Response};
 
 use crate::bitfold_capnp::{HopKind, machine, machine_vec_node, part, slave};
@@ -137,15 +137,17 @@ pub(crate) async fn handle_hop(
     };
     let plan = UnionPlan::new(&inputs);
     let sent = Cell::new(None);
-    let report_sent = || {
-        sent.set(report.map(|began| {
-            let bytes = hop::planned_bytes(plan.parts());
-            Hop::ending_now(here, HopKind::Handle, began, run.into(), read, bytes)
-        }));
-    };
+    // Counts what the union left unread of the stored parts (after the
+    // partial result's), and reports the hop.
+    let report_sent =
+        |(unread, bytes): (Unread, u64)| {
+            let read = slave.unread(read, unread.bytes(partial.len()..inputs.len()));
+            sent.set(report.map(|began| {
+                Hop::ending_now(here, HopKind::Handle, began, run.into(), read, bytes)
+            }));
+        };
     if run == nodes.len() {
-        wire::write_union(end.init_vector(plan.parts().len() as u32), &plan, &inputs);
-        report_sent();
+        report_sent(wire::write_compact(|n| end.init_vector(n), &plan, &inputs));
         return Ok((Step::Ended, sent.get()));
     }
     let answer = forward(
@@ -155,10 +157,9 @@ pub(crate) async fn handle_hop(
         run,
         budget,
         report.is_some(),
-        |mut params| {
-            let list = params.reborrow().init_partial(plan.parts().len() as u32);
-            wire::write_union(list, &plan, &inputs);
-            report_sent();
+        |params| {
+            let written = wire::write_compact(|n| params.init_partial(n), &plan, &inputs);
+            report_sent(written);
         },
     )
     .await?;

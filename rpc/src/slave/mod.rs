@@ -166,18 +166,22 @@ impl slave::Server for Slave {
             let mut parts = Vec::new();
             let found = self.stored_parts(&snapshot, [params.get_vid()], &mut parts);
             let result = results.get().init_result();
-            if found.is_err() {
+            let Ok(read) = found else {
                 let mut result = result;
                 result.set_not_found(());
                 return Ok(());
-            }
+            };
             let plan = UnionPlan::new(&parts);
             if params.get_want()? == Want::Count {
                 let mut result = result;
-                result.set_count(count_union(&plan, &parts));
+                let (count, unread) = count_union(&plan, &parts);
+                self.unread(read, unread);
+                result.set_count(count);
                 return Ok(());
             }
-            wire::write_union(result.init_vector(plan.parts().len() as u32), &plan, &parts);
+            let list = result.init_vector(plan.parts().len() as u32);
+            let unread = wire::write_union(list, &plan, &parts);
+            self.unread(read, unread.total());
             Ok(())
         })();
         std::future::ready(answer)
@@ -306,6 +310,14 @@ impl Slave {
         Ok(cover.stats.bytes)
     }
 
+    /// Takes back from the bytes read `bytes` that [`Slave::stored_parts`]
+    /// counted but a union then did not read (its output was already all
+    /// ones there); returns `read` less them, for a hop's report.
+    pub(crate) fn unread(&self, read: u64, bytes: u64) -> u64 {
+        self.read.set(self.read.get() - bytes);
+        read - bytes
+    }
+
     /// The `/metrics` page: what it counted, and its store as it is now.
     fn render_metrics(&self) -> String {
         self.metrics
@@ -400,19 +412,18 @@ fn concatenate(parts: &[VectorPart<'_>]) -> capnp::Result<VectorBuf> {
     Ok(vector)
 }
 
-/// The number of bits in the union `plan` was made from, without keeping it.
-fn count_union(plan: &UnionPlan, inputs: &[VectorPart<'_>]) -> u64 {
+/// The number of bits in the union `plan` was made from, without keeping
+/// it, and the bytes of `inputs` the fill left unread.
+fn count_union(plan: &UnionPlan, inputs: &[VectorPart<'_>]) -> (u64, u64) {
     let mut words = Vec::new();
-    plan.parts()
-        .iter()
-        .enumerate()
-        .map(|(i, planned)| {
-            words.clear();
-            words.resize(planned.dense_word_count(), 0);
-            plan.fill(i, inputs, &mut words);
-            planned.with_words(&words).cardinality()
-        })
-        .sum()
+    let (mut count, mut unread) = (0, 0);
+    for (i, planned) in plan.parts().iter().enumerate() {
+        words.clear();
+        words.resize(planned.dense_word_count(), 0);
+        unread += plan.fill(i, inputs, &mut words).total();
+        count += planned.with_words(&words).cardinality();
+    }
+    (count, unread)
 }
 
 #[cfg(test)]
