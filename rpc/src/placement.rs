@@ -102,7 +102,17 @@ impl Placement {
     /// block to block so that every slave gets its share of the reads; a
     /// down owner is replaced by the next live one.
     pub fn reader(&self, vid: u64, up: impl Fn(usize) -> bool) -> Option<usize> {
-        let owners = self.owners(vid);
+        self.reader_among(&self.owners(vid), vid, up)
+    }
+
+    /// [`Placement::reader`] of `vid`, given its `owners` (the
+    /// [`Placement::owners`] of any vid of its group).
+    pub fn reader_among(
+        &self,
+        owners: &[usize],
+        vid: u64,
+        up: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
         let class = ((vid / READ_BLOCK) % self.replicas as u64) as usize;
         owners
             .iter()

@@ -100,7 +100,7 @@ impl Master {
             }
             let time = Budget::new(budget.remaining().min(self.options.rpc_timeout));
             let attempted = attempt(time).await;
-            trace.end(&match &attempted {
+            trace.end(|| match &attempted {
                 Ok(Attempt::Found(_)) => "answered".to_owned(),
                 Ok(Attempt::Failed(machines)) => failed_names(machines),
                 Ok(Attempt::OutOfTime) | Err(_) => "no answer".to_owned(),
@@ -208,7 +208,7 @@ impl Master {
         let Some(time) = budget.call(levels) else {
             return Ok(Attempt::OutOfTime);
         };
-        trace.begin(self.describe_plan(coordinator, kind, &chains));
+        trace.begin(|| self.describe_plan(coordinator, kind, &chains));
         // Hop reports cost the slaves a little: asked for only when logged.
         let report = self.options.slow.is_some();
         let addr = &layout.slaves()[coordinator].addr;
@@ -276,7 +276,7 @@ impl Master {
         let Some(time) = budget.call(0) else {
             return Ok(Attempt::OutOfTime);
         };
-        trace.begin(format!("fetch from {}", self.slave_name(owner)));
+        trace.begin(|| format!("fetch from {}", self.slave_name(owner)));
         let layout = self.layout();
         let addr = &layout.slaves()[owner].addr;
         let answer = self

@@ -236,7 +236,7 @@ impl master::Server for Master {
     ) -> Result<(), capnp::Error> {
         let params = params.get()?;
         let message = params.get_message()?.as_bytes();
-        let trace = Trace::new();
+        let trace = Trace::new(self.options.slow.is_some());
         let outcome = match params.get_format() {
             Ok(format) => match self.answer(message, format, &trace).await {
                 Ok(found) => {

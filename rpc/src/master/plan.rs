@@ -179,25 +179,34 @@ pub(crate) fn plan(
         return Plan::Empty;
     }
     let mut named = 0;
-    for term in terms {
-        named += vids_of(catalog, term).take(shape.most + 1 - named).count();
-        if named > shape.most {
-            return Plan::TooMany { most: shape.most };
-        }
-    }
     let mut chains = Vec::with_capacity(terms.len());
     let mut orphans = 0;
     let mut down = Vec::new();
+    // Consecutive vids mostly share a group: its owners are looked up once.
+    let mut group = None;
+    let mut owners = Vec::new();
     for term in terms {
         let mut chain = Chain::new();
-        for vid in vids_of(catalog, term) {
-            match shape.placement.reader(vid, |i| usable(i, vid)) {
+        for vid in vids_of(catalog, term).take(shape.most + 1 - named) {
+            named += 1;
+            let block = vid / shape.placement.group;
+            if group != Some(block) {
+                group = Some(block);
+                owners = shape.placement.owners(vid);
+            }
+            match shape
+                .placement
+                .reader_among(&owners, vid, |i| usable(i, vid))
+            {
                 Some(owner) => chain.push((owner as u32, vid)),
                 None => {
                     orphans += 1;
-                    down.extend(shape.placement.owners(vid));
+                    down.extend_from_slice(&owners);
                 }
             }
+        }
+        if named > shape.most {
+            return Plan::TooMany { most: shape.most };
         }
         chain.sort_unstable();
         chains.push(chain);
@@ -376,6 +385,33 @@ mod tests {
     }
 
     #[test]
+    fn each_vid_is_read_from_its_groups_reader() {
+        let vids: Vec<u64> = (0..300u64).filter(|v| v % 7 != 3).collect();
+        let catalog = catalog(&vids);
+        let placement = Placement {
+            slaves: 5,
+            replicas: 2,
+            group: 4,
+        };
+        let shape = PlanShape {
+            placement,
+            most: 1000,
+        };
+        let up = |s: usize, v: u64| s != 2 && !(s == 4 && v.is_multiple_of(5));
+        let terms = [term(0, 120), term(100, 299)];
+        let Plan::Chains(chains) = plan(&terms, &catalog, shape, up) else {
+            panic!("replicas cover one down slave")
+        };
+        for (chain, t) in chains.iter().zip(&terms) {
+            let mut expected: Vec<(u32, u64)> = vids_of(&catalog, t)
+                .map(|v| (placement.reader(v, |s| up(s, v)).unwrap() as u32, v))
+                .collect();
+            expected.sort_unstable();
+            assert_eq!(chain, &expected);
+        }
+    }
+
+    #[test]
     fn a_query_names_a_bounded_number_of_vectors() {
         let vids: Vec<u64> = (0..600).collect();
         let catalog = catalog(&vids);
@@ -383,6 +419,11 @@ mod tests {
         assert_eq!(
             plan(&terms, &catalog, shape(2, 1), |_, _| true),
             Plan::TooMany { most: 1000 }
+        );
+        assert_eq!(
+            plan(&terms, &catalog, shape(2, 1), |_, _| false),
+            Plan::TooMany { most: 1000 },
+            "vectors without a live owner count too"
         );
         assert!(matches!(
             plan(&terms[1..], &catalog, shape(2, 1), |_, _| true),

@@ -20,8 +20,11 @@ const SHOWN_QUERY_BYTES: usize = 200;
 /// One query's record, from its arrival.
 pub(super) struct Trace {
     started: Instant,
+    /// Whether the query may be logged as slow: only then are the plans
+    /// and outcomes of its attempts put in words.
+    logged: bool,
     kind: Cell<QueryKind>,
-    /// Each attempt's plan and, once it ended, how.
+    /// Each attempt's plan and, once it ended, how (empty unless `logged`).
     attempts: RefCell<Vec<String>>,
     /// When the attempt not ended yet began.
     open: Cell<Option<Instant>>,
@@ -54,10 +57,12 @@ impl Reported {
 }
 
 impl Trace {
-    /// A record of a query arriving now (of unknown kind until parsed).
-    pub(super) fn new() -> Trace {
+    /// A record of a query arriving now (of unknown kind until parsed);
+    /// `logged` when the master logs slow queries.
+    pub(super) fn new(logged: bool) -> Trace {
         Trace {
             started: Instant::now(),
+            logged,
             kind: Cell::new(QueryKind::Unparsed),
             attempts: RefCell::new(Vec::new()),
             open: Cell::new(None),
@@ -70,9 +75,14 @@ impl Trace {
         self.kind.set(kind);
     }
 
-    /// Records an attempt that is about to call a slave, and its plan.
-    pub(super) fn begin(&self, plan: String) {
-        self.attempts.borrow_mut().push(plan);
+    /// Records an attempt that is about to call a slave, and its plan
+    /// (`plan` is asked only when the query may be logged).
+    pub(super) fn begin(&self, plan: impl FnOnce() -> String) {
+        if !self.logged {
+            self.attempts.borrow_mut().push(String::new());
+            return;
+        }
+        self.attempts.borrow_mut().push(plan());
         self.open.set(Some(Instant::now()));
     }
 
@@ -89,12 +99,13 @@ impl Trace {
         });
     }
 
-    /// Records how the attempt begun last ended (nothing if none is open).
-    pub(super) fn end(&self, how: &str) {
+    /// Records how the attempt begun last ended (nothing if none is open;
+    /// `how` is asked only when the query may be logged).
+    pub(super) fn end(&self, how: impl FnOnce() -> String) {
         if let Some(began) = self.open.take()
             && let Some(last) = self.attempts.borrow_mut().last_mut()
         {
-            last.push_str(&format!(": {how} after {}", millis(began.elapsed())));
+            last.push_str(&format!(": {} after {}", how(), millis(began.elapsed())));
         }
     }
 
@@ -110,7 +121,7 @@ impl Trace {
         outcome: Result<(), ErrorKind>,
         answer_bytes: impl FnOnce() -> u64,
     ) {
-        self.end("cut off by the query timeout");
+        self.end(|| "cut off by the query timeout".to_owned());
         let took = self.started.elapsed();
         let kind = self.kind.get();
         metrics.query(kind, outcome, took.as_secs_f64());
@@ -235,11 +246,11 @@ mod tests {
             current: crate::local::loopback(3, 1),
             target: None,
         });
-        let trace = Trace::new();
-        trace.begin("coordinator s1".into());
+        let trace = Trace::new(true);
+        trace.begin(|| "coordinator s1".into());
         trace.hops(Ok(Vec::new()), layout.clone());
-        trace.end("failed: s0 (refused)");
-        trace.begin("coordinator s2".into());
+        trace.end(|| "failed: s0 (refused)".into());
+        trace.begin(|| "coordinator s2".into());
         let hop = Hop {
             machine: 2,
             kind: HopKind::And,
@@ -250,7 +261,7 @@ mod tests {
             micros: 1,
         };
         trace.hops(Ok(vec![hop, Hop { machine: 7, ..hop }]), layout);
-        trace.end("answered");
+        trace.end(|| "answered".into());
         let hops: Vec<String> = trace.hops.borrow().iter().map(Reported::describe).collect();
         assert_eq!(hops.len(), 1, "an attempt without hops adds none: {hops:?}");
         assert!(hops[0].starts_with("attempt 2: s2 and ("), "{hops:?}");
@@ -259,11 +270,11 @@ mod tests {
 
     #[test]
     fn an_attempt_ends_once() {
-        let trace = Trace::new();
-        trace.end("answered");
-        trace.begin("coordinator s1".into());
-        trace.end("answered");
-        trace.end("answered");
+        let trace = Trace::new(true);
+        trace.end(|| "answered".into());
+        trace.begin(|| "coordinator s1".into());
+        trace.end(|| "answered".into());
+        trace.end(|| "answered".into());
         let attempts = trace.attempts.borrow();
         assert_eq!(attempts.len(), 1);
         assert_eq!(attempts[0].matches("answered").count(), 1, "{attempts:?}");
