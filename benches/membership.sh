@@ -8,11 +8,16 @@
 #      exactly the move, against queries/s over the same length just before.
 #
 #   benches/membership.sh [VECTORS]     (default 4000 vectors of 2^20 bits, 50% dense: 512 MB)
+#   BITFOLD=/path/to/bitfold benches/membership.sh    (measure that binary; no build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 vectors=${1:-4000}
-cargo build --release -q -p bitfold
-bin=$PWD/target/release/bitfold
+if [ -n "${BITFOLD:-}" ]; then
+    bin=$BITFOLD
+else
+    cargo build --release -q -p bitfold
+    bin=$PWD/target/release/bitfold
+fi
 dir=$(mktemp -d)
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"; }

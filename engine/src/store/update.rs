@@ -9,21 +9,29 @@
 //! until a `base` or `deleted` record; merges fold the older records away.
 //!
 //! A `base` or `deleted` record makes every older aggregate of its blocks
-//! unusable: they may hold the bits it removed. So that a range over a
-//! block with pending clears or deletes is not read vector by vector, the
-//! update segment rebuilds the aggregates of every block of the widest
-//! level ([`AGGREGATE_LEVELS`]) it touched, at every level, from the
-//! vectors as they are after the update, and holds a `keep` record for each
-//! existing vector of those blocks it did not change. Its aggregates then
-//! stand for the older segments too ([`Snapshot::cover`] reads nothing older
-//! in a block it answered with one), and a cover over a block with pending
-//! updates reads about what it reads after compaction. The cost is paid by
-//! the update: it reads every vector of the blocks it touches (up to 4,096
-//! vids each), so an update of a few vids scattered over many blocks reads
-//! those blocks whole. A later merge that takes the update segment in but not
-//! the oldest segment writes aggregates of its own records only; the blocks
-//! concerned are read through the lower levels again until a merge reaches
-//! the oldest segment.
+//! unusable: they may hold the bits it removed. [`Snapshot::cover`] then
+//! reads those blocks through the levels below, down to single vectors only
+//! around the changed vids, so it stays exact; a merge reaching the oldest
+//! segment writes the blocks' aggregates afresh. What the update itself
+//! writes depends on the batch:
+//!
+//! - Only deletes and replaces (what a move or a refill sends: whole
+//!   vectors removed or copied): the changed records alone, with aggregates
+//!   of the replaced vectors, and nothing else is read. A delete of a few
+//!   vids costs a few index entries, not the data of their blocks.
+//! - Any clear (a few bits off vectors that stay): so that a range over a
+//!   block with pending clears is read about as after compaction, the
+//!   segment also rebuilds the aggregates of every block of the widest
+//!   level ([`AGGREGATE_LEVELS`]) it touched, at every level, from the
+//!   vectors as they are after the update, and holds a `keep` record for
+//!   each existing vector of those blocks it did not change. Its aggregates
+//!   then stand for the older segments too ([`Snapshot::cover`] reads
+//!   nothing older in a block it answered with one). The cost is paid by
+//!   the update: it reads every vector of the blocks it touches (up to
+//!   4,096 vids each). A later merge that takes the update segment in but
+//!   not the oldest segment writes aggregates of its own records only; the
+//!   blocks concerned are read through the lower levels again until a merge
+//!   reaches the oldest segment.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, PoisonError};
@@ -137,7 +145,12 @@ impl Store {
             return Ok(UpdateStats::default());
         }
         let id = take_id(&mut next_id);
-        let bytes = write_update(&*self.dir, id, &snapshot, &changed)?;
+        let clears = batch.iter().any(|u| matches!(u, Update::Clear(..)));
+        let bytes = if clears {
+            write_update(&*self.dir, id, &snapshot, &changed)?
+        } else {
+            write_changes(&*self.dir, id, &changed)?
+        };
         let mut segments = snapshot.segments.clone();
         segments.push(Arc::new(Segment::open(&*self.dir, id, bytes)?));
         self.install(segments)?;
@@ -173,8 +186,36 @@ fn only_creates<'a>(
     (vids.len() == created.len()).then_some(created)
 }
 
-/// Writes update segment `id`: a `base` or `deleted` record for each vid of
-/// `changed` (its vector after the update, `None` if deleted), a `keep`
+/// Writes update segment `id` holding only `changed`: a `base` record for
+/// each vid with its vector after the update, a `deleted` record for each
+/// vid deleted, and the aggregates of the `base` records' vectors (of this
+/// segment alone). Returns the file's length.
+fn write_changes(
+    dir: &dyn Directory,
+    id: u64,
+    changed: &BTreeMap<u64, Option<VectorBuf>>,
+) -> Result<u64, StoreError> {
+    let mut writer = SegmentWriter::create(dir, id)?;
+    let mut replaced = Vec::new();
+    for (&vid, after) in changed {
+        match after {
+            Some(vector) => {
+                writer.add_record(vid, RecordKind::Base, &[vector.as_part()])?;
+                replaced.push(vector.as_part());
+            }
+            None => writer.add_record(vid, RecordKind::Deleted, &[])?,
+        }
+    }
+    let vids: Vec<u64> = changed
+        .iter()
+        .filter_map(|(&vid, after)| after.as_ref().map(|_| vid))
+        .collect();
+    aggregate::write(&mut writer, &vids, |range| replaced[range].iter().copied())?;
+    writer.finish()
+}
+
+/// Writes update segment `id` for a batch with clears: a `base` or
+/// `deleted` record for each vid of `changed` (its vector after the update, `None` if deleted), a `keep`
 /// record for every other existing vector of the widest blocks those vids
 /// fall in, and those blocks' aggregates as of after the update. Returns the
 /// file's length.

@@ -4,12 +4,14 @@
 //!
 //! The copies go in rounds: each round asks every source slave for its next
 //! vectors with one `fetchMany` (at most [`ROUND_BYTES`] of them), and the
-//! whole round goes to the owner in one `update`, its parts copied from the
+//! whole round goes to the owner in `update`s of at most [`UPDATE_BYTES`]
+//! (one, unless a reply holds huge vectors), its parts copied from the
 //! replies into the request as they came. While a round is sent, the next
 //! one is fetched; no more than those two rounds are in flight, which
 //! bounds the memory and the cores a copy takes from queries.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use capnp::capability::{Promise, Response};
 
@@ -21,6 +23,12 @@ use crate::wire;
 
 /// Bytes of vectors one source slave sends per round.
 const ROUND_BYTES: u64 = 4 << 20;
+
+/// Bytes of replies one `update` carries, so that it stays under the
+/// message bound ([`crate::MAX_MESSAGE_WORDS`]): a reply over this goes
+/// alone, and a reply is at most [`wire::MAX_FETCH_BYTES`] and one vector
+/// (which fits in a message by itself), well under the bound.
+const UPDATE_BYTES: u64 = 256 << 20;
 
 /// A `fetchMany` reply: copies, sent on without decoding them.
 type Fetched = Response<slave::fetch_many_results::Owned>;
@@ -71,10 +79,7 @@ impl Master {
                 copied.vectors += copies
                     .and_then(|c| c.get_vectors())
                     .map_or(0, |v| u64::from(v.len()));
-                copied.bytes += fetched
-                    .get()
-                    .and_then(|r| r.total_size())
-                    .map_or(0, |s| s.word_count * 8);
+                copied.bytes += reply_bytes(fetched);
             }
             let (sent, next) = futures::future::join(
                 self.send_copies(layout, owner, &round),
@@ -161,7 +166,8 @@ impl Master {
             .collect()
     }
 
-    /// Replaces each vector of `round` on slave `owner` by its copy.
+    /// Replaces each vector of `round` on slave `owner` by its copy, in
+    /// updates of at most [`UPDATE_BYTES`] of replies.
     async fn send_copies(
         &self,
         layout: &Layout,
@@ -169,14 +175,46 @@ impl Master {
         round: &[Fetched],
     ) -> Result<(), String> {
         let addr = &layout.slaves()[owner].addr;
-        let response = self
-            .pool
-            .call(addr, self.options.import_timeout, |client| {
-                write_copies(client, round)
-            })
-            .await?;
-        read_changed(&response)
+        let sizes: Vec<u64> = round.iter().map(reply_bytes).collect();
+        for batch in split_by_bytes(&sizes, UPDATE_BYTES) {
+            let response = self
+                .pool
+                .call(addr, self.options.import_timeout, |client| {
+                    write_copies(client, &round[batch.clone()])
+                })
+                .await?;
+            read_changed(&response)?;
+        }
+        Ok(())
     }
+}
+
+/// Bytes of a reply, as it travelled.
+fn reply_bytes(fetched: &Fetched) -> u64 {
+    fetched
+        .get()
+        .and_then(|r| r.total_size())
+        .map_or(0, |s| s.word_count * 8)
+}
+
+/// Consecutive ranges of `sizes` adding up to at most `bound` each; a size
+/// over `bound` gets a range of its own.
+fn split_by_bytes(sizes: &[u64], bound: u64) -> Vec<Range<usize>> {
+    let mut ranges: Vec<Range<usize>> = Vec::new();
+    let mut total = 0u64;
+    for (i, &size) in sizes.iter().enumerate() {
+        match ranges.last_mut() {
+            Some(last) if total.saturating_add(size) <= bound => {
+                last.end = i + 1;
+                total += size;
+            }
+            _ => {
+                ranges.push(i..i + 1);
+                total = size;
+            }
+        }
+    }
+    ranges
 }
 
 /// The `update` call replacing each vector of `round` by its copy; a vid
@@ -236,5 +274,26 @@ pub(super) fn read_changed(
         change_result::Error(text) => Err(text
             .and_then(|t| Ok(t.to_string()?))
             .unwrap_or_else(|e| format!("it answered a malformed message: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn updates_stay_under_their_byte_bound() {
+        assert_eq!(split_by_bytes(&[], 10), Vec::<Range<usize>>::new());
+        assert_eq!(split_by_bytes(&[4, 4, 2], 10).len(), 1);
+        // A reply over the bound goes alone; the others fill updates up to it.
+        assert_eq!(
+            split_by_bytes(&[4, 7, 30, 3, 3, 3, 3], 10),
+            [0..1, 1..2, 2..3, 3..6, 6..7]
+        );
+        let sizes = [64 << 20, 64 << 20, 600 << 20, 64 << 20, 64 << 20];
+        for range in split_by_bytes(&sizes, UPDATE_BYTES) {
+            let bytes: u64 = sizes[range.clone()].iter().sum();
+            assert!(range.len() == 1 || bytes <= UPDATE_BYTES, "{range:?}");
+        }
     }
 }
