@@ -3,13 +3,13 @@
 //!
 //! A request's vectors arrive as a list of `Part`s ([`read_vector`]: what
 //! `handle`, `coordinate` and `gather` do with a partial result) or as a list
-//! of `VidVector`s ([`import`]: what `Slave.import` does). Both read the
-//! message with the limits every connection uses ([`read_message`]).
+//! of `VidVector`s ([`import`]: what `Slave.import` reads before it touches
+//! its store). Both read the message with the limits every connection uses
+//! ([`read_message`]).
 
 use std::ops::Deref;
 
 use bitfold_engine::fold::{Term, UnionPlan};
-use bitfold_engine::{Store, StoreError};
 use capnp::Word;
 use capnp::message::Reader;
 use capnp::serialize::BufferSegments;
@@ -20,6 +20,10 @@ use crate::wire;
 /// The most vectors one import may hold: [`import`] refuses more before it
 /// reads any of them (docs/protocol.md §7, Limits).
 pub const MAX_IMPORT_VECTORS: u32 = wire::MAX_IMPORT_VECTORS;
+
+/// The most parts, over all its vectors, one import may hold: [`import`]
+/// refuses more before it reads any of them (docs/protocol.md §7, Limits).
+pub const MAX_IMPORT_PARTS: u32 = wire::MAX_IMPORT_PARTS;
 
 /// Reads `bytes` as one Cap'n Proto message (segment table first), with the
 /// traversal limit of every connection (`MAX_MESSAGE_WORDS`). The message is
@@ -69,13 +73,18 @@ pub fn read_vector(
     Ok((bits, is_term))
 }
 
-/// `Slave.import` on `vectors` (the request's list), into `store`: the
-/// request's error if it is malformed, else the store's outcome.
+/// `Slave.import`'s reading of `vectors` (the request's list), without a
+/// store: the request's error if it is malformed (over a bound, or a part
+/// that does not read), else each of its parts as the slave hands it to its
+/// store, in the order they came: the part's vid and its set bits ascending.
+/// (The store keeps each vid's union of its parts.)
 pub fn import(
-    store: &Store,
     vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
-) -> capnp::Result<Result<(), StoreError>> {
-    let mut batch = capnp::message::Builder::new_default();
-    batch.set_root(vectors)?;
-    crate::slave::import_batch(store, &batch).map(|stored| stored.map(|_| ()))
+) -> capnp::Result<Vec<(u64, Vec<u32>)>> {
+    let parts = crate::slave::read_import(vectors)?;
+    let views = crate::slave::import_views(&parts)?;
+    Ok(views
+        .iter()
+        .map(|(vid, part)| (*vid, part.bits().collect()))
+        .collect())
 }

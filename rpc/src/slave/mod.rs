@@ -336,8 +336,16 @@ pub(crate) fn import_batch(
     store: &Store,
     message: &capnp::message::Builder<capnp::message::HeapAllocator>,
 ) -> capnp::Result<Result<ImportStats, StoreError>> {
-    let vectors: capnp::struct_list::Reader<'_, vid_vector::Owned> =
-        message.get_root_as_reader()?;
+    let parts = read_import(message.get_root_as_reader()?)?;
+    Ok(store.import(&import_views(&parts)?))
+}
+
+/// The parts of an import's vectors, each with its vid, in the order they
+/// came: what a slave reads, within the import bounds, before it validates
+/// each part and touches its store.
+pub(crate) fn read_import(
+    vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
+) -> capnp::Result<Vec<(u64, wire::WirePart<'_>)>> {
     wire::at_most(vectors.len(), wire::MAX_IMPORT_VECTORS, "vectors to import")?;
     let mut parts = 0u32;
     for vector in vectors.iter() {
@@ -351,11 +359,16 @@ pub(crate) fn import_batch(
             wire_parts.push((vid, part));
         }
     }
-    let mut batch = Vec::with_capacity(wire_parts.len());
-    for (vid, part) in &wire_parts {
-        batch.push((*vid, part.view().map_err(wire::failed)?));
-    }
-    Ok(store.import(&batch))
+    Ok(wire_parts)
+}
+
+/// The validated views of an import's parts ([`read_import`]), each with its vid.
+pub(crate) fn import_views<'p>(
+    parts: &'p [(u64, wire::WirePart<'_>)],
+) -> capnp::Result<Vec<(u64, VectorPart<'p>)>> {
+    let view =
+        |(vid, part): &'p (u64, wire::WirePart<'_>)| Ok((*vid, part.view().map_err(wire::failed)?));
+    parts.iter().map(view).collect()
 }
 
 /// Validates the changes of an update message and applies them, in order,
