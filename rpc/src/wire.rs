@@ -219,7 +219,7 @@ pub(crate) fn write_union(
     let mut unread = Unread::default();
     for (i, planned) in plan.parts().iter().enumerate() {
         write_planned(list.reborrow().get(i as u32), planned, |out| {
-            unread.add(Some(&plan.fill(i, inputs, out)));
+            unread.add(&plan.fill(i, inputs, out));
         });
     }
     unread
@@ -274,7 +274,7 @@ pub(crate) fn write_compact<'b>(
     let mut at = 0;
     for (i, planned) in plan.parts().iter().enumerate() {
         let len = planned.dense_word_count();
-        unread.add(Some(&plan.fill(i, inputs, &mut words[at..at + len])));
+        unread.add(&plan.fill(i, inputs, &mut words[at..at + len]));
         at += len;
     }
     at = 0;

@@ -97,8 +97,7 @@ impl Unread {
     }
 
     /// Adds the counts of `other` (another fill of the same inputs) to these.
-    pub fn add(&mut self, other: Option<&Unread>) {
-        let Some(other) = other else { return };
+    pub fn add(&mut self, other: &Unread) {
         if self.bytes.len() < other.bytes.len() {
             self.bytes.resize(other.bytes.len(), 0);
         }
@@ -108,7 +107,7 @@ impl Unread {
     }
 
     fn merged(mut self, other: Unread) -> Unread {
-        self.add(Some(&other));
+        self.add(&other);
         self
     }
 
@@ -167,12 +166,14 @@ impl UnionPlan {
                 .enumerate()
                 .map(|(t, words)| {
                     let mut unread = Unread::new(inputs.len());
-                    let runs = (&fill.runs, &fill.scatters);
-                    fill_range(runs.0, runs.1, inputs, t * task_words, words, &mut unread);
+                    let lo = t * task_words;
+                    fill_range(&fill.runs, &fill.scatters, inputs, lo, words, &mut unread);
                     unread
                 })
                 .reduce_with(Unread::merged);
-            unread.add(skipped.as_ref());
+            if let Some(skipped) = skipped {
+                unread.add(&skipped);
+            }
         }
         unread
     }
@@ -222,7 +223,7 @@ fn fill_by_inputs(
     if let Some((words, more)) = rest {
         Kernels::best().or_into(out, &words);
         give_spare(words);
-        unread.add(Some(&more));
+        unread.add(&more);
     }
 }
 

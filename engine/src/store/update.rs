@@ -196,20 +196,17 @@ fn write_changes(
     changed: &BTreeMap<u64, Option<VectorBuf>>,
 ) -> Result<u64, StoreError> {
     let mut writer = SegmentWriter::create(dir, id)?;
-    let mut replaced = Vec::new();
+    let (mut vids, mut replaced) = (Vec::new(), Vec::new());
     for (&vid, after) in changed {
         match after {
             Some(vector) => {
                 writer.add_record(vid, RecordKind::Base, &[vector.as_part()])?;
+                vids.push(vid);
                 replaced.push(vector.as_part());
             }
             None => writer.add_record(vid, RecordKind::Deleted, &[])?,
         }
     }
-    let vids: Vec<u64> = changed
-        .iter()
-        .filter_map(|(&vid, after)| after.as_ref().map(|_| vid))
-        .collect();
     aggregate::write(&mut writer, &vids, |range| replaced[range].iter().copied())?;
     writer.finish()
 }
