@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Mutex, mpsc};
 use std::time::{Duration, SystemTime};
 
 use bitfold_engine::store::Update;
@@ -128,6 +128,13 @@ fn writer_role() -> Option<(std::ffi::OsString, u64)> {
     Some((dir, std::env::var(FIRST_BATCH).unwrap().parse().unwrap()))
 }
 
+/// Held by each test while it runs its rounds. A store's lock belongs to
+/// its open file, and a child spawned by another test's thread holds a copy
+/// of every open file until it execs: a writer spawned then could find the
+/// store of a check in the other test still locked. One test at a time
+/// keeps every lock this binary takes to the process that took it.
+static ONE_TEST_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 /// Runs [`ROUNDS`] rounds in `dir`: start a writer (test `test` of this
 /// binary) from batch `round × ROUND`, let it acknowledge a random number
 /// of batches, kill it at a random moment, reopen the store and hand
@@ -144,6 +151,9 @@ fn kill_rounds(test: &str, dir: &Path, mut check: impl FnMut(&Snapshot, &[u64], 
             .as_nanos() as u64,
     };
     eprintln!("{SEED}={seed}");
+    let _alone = ONE_TEST_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let mut rng = Rng(seed);
     let mut acked = Vec::new();
     for round in 0..ROUNDS {
