@@ -573,3 +573,26 @@ fn version_2_vectors() -> Oracle {
     oracle.insert(u64::MAX, (0..300).map(|i| i * 65536 + 11).collect());
     oracle
 }
+
+/// A segment of many megabytes (the store asks the kernel to start writing
+/// it to disk every few MiB while it is built) reads back whole after the
+/// store is closed and reopened.
+#[test]
+fn a_segment_of_many_megabytes_reads_back_after_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    // 40 vectors of 40 dense containers (8 KiB each): a segment over 12 MiB.
+    let mut oracle = Oracle::new();
+    let vectors: Vec<(u64, VectorBuf)> = (0..40u64)
+        .map(|vid| {
+            let bits: Vec<u32> = (0..40u32 << 16).skip(vid as usize).step_by(7).collect();
+            oracle.insert(vid, bits.iter().copied().collect());
+            (vid, VectorBuf::from_bits(bits))
+        })
+        .collect();
+    let batch: Vec<(u64, VectorPart<'_>)> =
+        vectors.iter().map(|(v, b)| (*v, b.as_part())).collect();
+    let stats = Store::open(dir.path()).unwrap().import(&batch).unwrap();
+    assert!(stats.bytes > 12 << 20, "only {} bytes", stats.bytes);
+    let store = Store::open(dir.path()).unwrap();
+    assert_holds(&store, &oracle);
+}
