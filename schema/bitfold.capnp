@@ -243,6 +243,15 @@ struct FetchResult {
   }
 }
 
+struct PullOutcome {
+  # How a `pull` ended.
+  union {
+    done @0 :Void;
+    sourceFailed @1 :Text;   # `from` did not answer, or not as asked
+    storeFailed @2 :Text;    # this slave could not store the copies
+  }
+}
+
 struct FetchedCopies {
   # A reply of `fetchMany`: the first `answered` vids asked, each either in
   # `vectors` (in the order asked) or in `missing` (not held here).
@@ -299,4 +308,14 @@ interface Slave {
   # at most 65,536) as this slave holds them, in the order asked, until
   # the reply holds `maxBytes` of vector data (cut to 64 MiB; at least one
   # vector). Ask again with the vids after `answered` for the rest.
+
+  pull @9 (from :Text, vids :Data, maxBytes :UInt64)
+      -> (answered :UInt32, vectors :UInt64, bytes :UInt64, outcome :PullOutcome);
+  # A move or a refill, copied straight from slave to slave: this slave
+  # asks the slave at address `from` for the vectors `vids` with one
+  # `fetchMany` (`vids` and `maxBytes` as there) and stores the first
+  # `answered` exactly as `from` holds them (a replace; a vid `from` does
+  # not hold is deleted here), durably, before it answers. Ask again with
+  # the vids after `answered` for the rest. `vectors` and `bytes` count
+  # what it stored, as the copies travelled.
 }

@@ -232,6 +232,26 @@ fn a_fifth_slave_is_added_and_vectors_move_onto_it_online() {
     assert_all(&cluster.client(), &trimmed(&oracle));
 }
 
+/// A move onto a slave that is down stops with an error naming it (no hang,
+/// nothing lost), queries stay exact, and once the slave is back the move
+/// resumes and puts every vector on exactly its owners.
+#[test]
+fn a_move_onto_a_slave_that_is_down_stops_and_resumes_once_it_is_back() {
+    let mut cluster = Cluster::start(4, 1);
+    let oracle = load(&cluster, 29);
+    let client = cluster.client();
+    cluster.add_slave();
+    cluster.write_cluster_file(5, 1);
+    cluster.kill_slave(4);
+    let err = client.rebalance(1000).expect_err("the new slave is down");
+    assert!(err.to_string().contains("s4"), "{err}");
+    assert_all(&client, &oracle);
+    cluster.restart_slave(4).expect("the slave restarts");
+    while !client.rebalance(1000).expect("a rebalance step").finished {}
+    wait_until_placed(&client, &owned(&oracle, 5, 1));
+    assert_all(&client, &oracle);
+}
+
 #[test]
 fn the_last_slave_is_removed_after_its_vectors_moved_off() {
     let mut cluster = Cluster::start(4, 2);

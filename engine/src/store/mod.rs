@@ -55,6 +55,7 @@
 //! ```
 
 mod aggregate;
+mod background;
 mod error;
 mod footer;
 mod log;
@@ -75,6 +76,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use rayon::prelude::*;
 
 pub use aggregate::{AGGREGATE_LEVELS, Cover, CoverStats};
+pub use background::{BACKGROUND_NICE, spawn_background};
 pub use error::StoreError;
 pub use log::{VID_LOG_NAME, VidLog};
 pub use sealed::{read_sealed, write_sealed};

@@ -14,6 +14,7 @@ pub(crate) mod coordinator;
 pub(crate) mod fan_out;
 pub(crate) mod fetch_many;
 pub(crate) mod handler;
+mod pull;
 
 use std::cell::Cell;
 use std::future::Future;
@@ -253,6 +254,15 @@ impl slave::Server for Slave {
         std::future::ready(fetch_many::fetch_many(&self, params, results))
     }
 
+    async fn pull(
+        self: capnp::capability::Rc<Self>,
+        params: slave::PullParams,
+        results: slave::PullResults,
+    ) -> Result<(), capnp::Error> {
+        self.metrics.request("pull");
+        pull::pull(self, params, results).await
+    }
+
     fn health(
         self: capnp::capability::Rc<Self>,
         _: slave::HealthParams,
@@ -413,7 +423,7 @@ fn update_batch(
 
 /// The vector made of `parts` (key-disjoint, in ascending key order, as
 /// the parts of a vector travel).
-fn concatenate(parts: &[VectorPart<'_>]) -> capnp::Result<VectorBuf> {
+pub(crate) fn concatenate(parts: &[VectorPart<'_>]) -> capnp::Result<VectorBuf> {
     let mut vector = VectorBuf::new();
     for (key, container) in parts.iter().flat_map(|p| p.containers()) {
         match container {

@@ -1,0 +1,155 @@
+//! Copies straight from slave to slave (`Slave.pull`): a move or a refill
+//! has the slave that gains vectors ask their source for them with one
+//! `fetchMany` and store them, so the copies cross the network once and
+//! never pass through the master.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bitfold_engine::VectorBuf;
+use bitfold_engine::store::{Update, spawn_background};
+
+use crate::bitfold_capnp::slave;
+use crate::wire;
+
+use super::{Slave, concatenate};
+
+/// The longest this slave waits for a source's `fetchMany` reply.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a source answered, copied out of its reply so that another thread
+/// can store it: each vid fetched, with its vector, or `None` where the
+/// source does not hold it (deleted here).
+struct Copies {
+    answered: u32,
+    vectors: Vec<(u64, Option<VectorBuf>)>,
+}
+
+/// `Slave.pull`.
+pub(crate) async fn pull(
+    slave: Rc<Slave>,
+    params: slave::PullParams,
+    mut results: slave::PullResults,
+) -> Result<(), capnp::Error> {
+    let (from, asked, max_bytes) = {
+        let params = params.get()?;
+        let vids = wire::vids(params.get_vids()?)?;
+        let count = u32::try_from(vids.len()).unwrap_or(u32::MAX);
+        wire::at_most(count, wire::MAX_FETCH_VIDS, "vids to pull")?;
+        (
+            params.get_from()?.to_str()?.to_owned(),
+            vids.into_owned(),
+            params.get_max_bytes(),
+        )
+    };
+    drop(params);
+    let fetched = slave
+        .pool
+        .call(&from, FETCH_TIMEOUT, |client| {
+            let mut request = client.fetch_many_request();
+            request.get().set_vids(bytemuck::cast_slice(&asked));
+            request.get().set_max_bytes(max_bytes);
+            request.send().promise
+        })
+        .await;
+    let copied = fetched.and_then(|response| {
+        let bytes = response
+            .get()
+            .and_then(|r| r.total_size())
+            .map_or(0, |s| s.word_count * 8);
+        let copies = read_copies(&response, &asked)
+            .map_err(|e| format!("it answered a malformed message: {e}"))?;
+        Ok((copies, bytes))
+    });
+    let mut reply = results.get();
+    let (copies, bytes) = match copied {
+        Ok(copied) => copied,
+        Err(reason) => {
+            reply
+                .init_outcome()
+                .set_source_failed(format!("{from}: {reason}").as_str());
+            return Ok(());
+        }
+    };
+    let answered = copies.answered;
+    let vectors = copies.vectors.iter().filter(|(_, v)| v.is_some()).count() as u64;
+    let store = slave.store.clone();
+    let stored = in_background(move || {
+        let batch: Vec<Update<'_>> = copies
+            .vectors
+            .iter()
+            .map(|(vid, vector)| match vector {
+                Some(vector) => Update::Replace(*vid, vector.as_part()),
+                None => Update::Delete(*vid),
+            })
+            .collect();
+        store.update(&batch)
+    })
+    .await?;
+    match stored {
+        Ok(_) => {
+            reply.set_answered(answered);
+            reply.set_vectors(vectors);
+            reply.set_bytes(bytes);
+            reply.init_outcome().set_done(());
+        }
+        Err(err) => reply
+            .init_outcome()
+            .set_store_failed(format!("the slave could not store the copies: {err}").as_str()),
+    }
+    Ok(())
+}
+
+/// Runs `work` on a background thread (lower CPU priority than queries:
+/// [`spawn_background`]) and returns its result.
+async fn in_background<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, capnp::Error> {
+    let (done, result) = futures::channel::oneshot::channel();
+    spawn_background("bitfold-pull", move || {
+        // The receiver is gone only if the call was cancelled.
+        let _ = done.send(work());
+    })
+    .map_err(|e| wire::failed(format!("cannot start a thread to store copies: {e}")))?;
+    result
+        .await
+        .map_err(|_| wire::failed("the thread storing the copies ended without storing them"))
+}
+
+/// The copies of a `fetchMany` reply to the vids `asked`, checked as an
+/// import is (bounds, parts that read as a vector) and against what was
+/// asked.
+fn read_copies(
+    response: &capnp::capability::Response<slave::fetch_many_results::Owned>,
+    asked: &[u64],
+) -> capnp::Result<Copies> {
+    let copies = response.get()?.get_copies()?;
+    let answered = copies.get_answered();
+    if answered == 0 || answered as usize > asked.len() {
+        return Err(wire::failed(format!(
+            "it answered {answered} of the {} vids asked",
+            asked.len()
+        )));
+    }
+    let found = copies.get_vectors()?;
+    let missing = wire::vids(copies.get_missing()?)?;
+    let mut vectors = Vec::with_capacity(found.len() as usize + missing.len());
+    for vector in found.iter() {
+        let parts = wire::read_parts(vector.get_parts()?)?;
+        let views = wire::views(&parts)?;
+        vectors.push((vector.get_vid(), Some(concatenate(&views)?)));
+    }
+    vectors.extend(missing.iter().map(|&vid| (vid, None)));
+    // Exactly the first `answered` vids asked, each once: no copy is lost
+    // and none is stored that was not asked for.
+    let mut sent: Vec<u64> = vectors.iter().map(|(vid, _)| *vid).collect();
+    let mut expected = asked[..answered as usize].to_vec();
+    sent.sort_unstable();
+    expected.sort_unstable();
+    if sent != expected {
+        return Err(wire::failed(format!(
+            "it did not send the first {answered} vids asked, each once, as vectors or missing"
+        )));
+    }
+    Ok(Copies { answered, vectors })
+}
