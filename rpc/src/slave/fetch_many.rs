@@ -75,6 +75,11 @@ pub(crate) fn fetch_many(
     for (i, (vid, parts)) in selection.found.iter().enumerate() {
         let mut vector = list.reborrow().get(i as u32);
         vector.set_vid(*vid);
+        if let [part] = parts.as_slice() {
+            // Held whole in one place: copied as it is, no union to fold.
+            wire::write_part(vector.init_parts(1).get(0), part);
+            continue;
+        }
         let plan = UnionPlan::new(parts);
         wire::write_union(vector.init_parts(plan.parts().len() as u32), &plan, parts);
     }
