@@ -204,6 +204,10 @@ impl Master {
             current: target,
             target: None,
         });
+        // A slave marked down that has taken copies since (restarted during
+        // the move) is up: know it now rather than at the next probe, so
+        // that its vectors answer as soon as the move is reported finished.
+        self.probe_round().await;
         Ok(removed)
     }
 
