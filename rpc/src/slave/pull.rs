@@ -9,7 +9,7 @@ use std::time::Duration;
 use bitfold_engine::VectorBuf;
 use bitfold_engine::store::{Update, spawn_background};
 
-use crate::bitfold_capnp::slave;
+use crate::bitfold_capnp::{fetched_copies, slave};
 use crate::wire;
 
 use super::{Slave, concatenate};
@@ -57,7 +57,10 @@ pub(crate) async fn pull(
             .get()
             .and_then(|r| r.total_size())
             .map_or(0, |s| s.word_count * 8);
-        let copies = read_copies(&response, &asked)
+        let copies = response
+            .get()
+            .and_then(|r| r.get_copies())
+            .and_then(|copies| read_copies(copies, &asked))
             .map_err(|e| format!("it answered a malformed message: {e}"))?;
         Ok((copies, bytes))
     });
@@ -119,11 +122,7 @@ async fn in_background<T: Send + 'static>(
 /// The copies of a `fetchMany` reply to the vids `asked`, checked as an
 /// import is (bounds, parts that read as a vector) and against what was
 /// asked.
-fn read_copies(
-    response: &capnp::capability::Response<slave::fetch_many_results::Owned>,
-    asked: &[u64],
-) -> capnp::Result<Copies> {
-    let copies = response.get()?.get_copies()?;
+fn read_copies(copies: fetched_copies::Reader<'_>, asked: &[u64]) -> capnp::Result<Copies> {
     let answered = copies.get_answered();
     if answered == 0 || answered as usize > asked.len() {
         return Err(wire::failed(format!(
@@ -152,4 +151,68 @@ fn read_copies(
         )));
     }
     Ok(Copies { answered, vectors })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `fetchMany` reply: `answered`, the vectors `found` (vid `v` holding
+    /// bit `v`), and the vids `missing`.
+    fn reply(
+        answered: u32,
+        found: &[u64],
+        missing: &[u64],
+    ) -> capnp::message::Builder<capnp::message::HeapAllocator> {
+        let mut message = capnp::message::Builder::new_default();
+        let mut copies = message.init_root::<fetched_copies::Builder<'_>>();
+        copies.set_answered(answered);
+        copies.set_missing(bytemuck::cast_slice(missing));
+        let mut list = copies.init_vectors(found.len() as u32);
+        for (i, &vid) in found.iter().enumerate() {
+            let mut vector = list.reborrow().get(i as u32);
+            vector.set_vid(vid);
+            let bits = VectorBuf::from_bits(vec![vid as u32]);
+            wire::write_part(vector.init_parts(1).get(0), &bits.as_part());
+        }
+        message
+    }
+
+    fn read(
+        message: &capnp::message::Builder<capnp::message::HeapAllocator>,
+        asked: &[u64],
+    ) -> capnp::Result<Copies> {
+        read_copies(message.get_root_as_reader()?, asked)
+    }
+
+    #[test]
+    fn an_honest_reply_gives_each_vid_asked_its_vector_or_a_delete() {
+        let copies = read(&reply(3, &[5, 9], &[7]), &[5, 7, 9, 11]).unwrap();
+        assert_eq!(copies.answered, 3);
+        let got: Vec<(u64, Option<Vec<u32>>)> = copies
+            .vectors
+            .iter()
+            .map(|(vid, v)| (*vid, v.as_ref().map(|v| v.as_part().bits().collect())))
+            .collect();
+        assert_eq!(got, [(5, Some(vec![5])), (9, Some(vec![9])), (7, None)]);
+    }
+
+    #[test]
+    fn a_reply_that_is_not_what_was_asked_is_refused() {
+        let asked = [5, 7, 9, 11];
+        let refused = |message| read(&message, &asked).err().map(|e| e.to_string());
+        // A vid it was not asked for, one it dropped, one sent twice, none
+        // answered, more answered than asked: nothing of it is stored.
+        for message in [
+            reply(2, &[5, 8], &[]),
+            reply(3, &[5, 9], &[]),
+            reply(2, &[5, 5], &[]),
+            reply(2, &[5], &[7, 7]),
+            reply(0, &[], &[]),
+            reply(5, &[5, 7, 9, 11], &[]),
+        ] {
+            let err = refused(message).expect("a wrong reply was accepted");
+            assert!(err.contains("vids asked"), "{err}");
+        }
+    }
 }
