@@ -20,10 +20,11 @@ use super::reply::Failure;
 use crate::bitfold_capnp::{change_result, pull_outcome, slave};
 use crate::wire;
 
-/// Bytes of vectors one `pull` copies: one segment on the owner (its size
-/// tier holds up to 64 MiB, so a move of a few hundred MB from four or five
-/// sources writes a few such segments and fills no tier, which would make
-/// the owner merge them during the move).
+/// Bytes of vectors one `pull` copies, which the owner writes as one
+/// segment: with a `rebalance` step of 2,048 vids, one segment per source
+/// and step, so a move of about 100 MB onto a fifth slave writes 5 to 7
+/// segments, fewer than the 8 that fill a size tier and make the owner
+/// merge them mid-move. Larger moves merge as large imports do.
 const ROUND_BYTES: u64 = 32 << 20;
 
 /// The vids one source slave is asked for.
