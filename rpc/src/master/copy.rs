@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 
 use capnp::capability::Response;
 
-use super::Master;
 use super::layout::Layout;
 use super::reply::Failure;
+use super::{Master, slave_said};
 use crate::bitfold_capnp::{change_result, pull_outcome, slave};
 use crate::wire;
 
@@ -151,13 +151,7 @@ impl Master {
                     &[source],
                 )));
             }
-            pull_outcome::StoreFailed(reason) => {
-                return Err(CopyError::Send(
-                    reason
-                        .and_then(|r| Ok(r.to_string()?))
-                        .unwrap_or_else(|e| format!("it answered a malformed message: {e}")),
-                ));
-            }
+            pull_outcome::StoreFailed(reason) => return Err(CopyError::Send(slave_said(reason))),
         }
         let answered = reply.get_answered() as usize;
         if answered == 0 || answered > asked {
@@ -182,8 +176,6 @@ pub(super) fn read_changed(
         .map_err(|e| format!("it answered a malformed message: {e}"))?;
     match result {
         change_result::Changed(_) => Ok(()),
-        change_result::Error(text) => Err(text
-            .and_then(|t| Ok(t.to_string()?))
-            .unwrap_or_else(|e| format!("it answered a malformed message: {e}"))),
+        change_result::Error(text) => Err(slave_said(text)),
     }
 }

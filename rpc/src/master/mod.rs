@@ -380,6 +380,13 @@ impl Master {
     }
 }
 
+/// The reason a slave gave in a text field, or, if the field does not
+/// read, that its message was malformed.
+pub(super) fn slave_said(text: capnp::Result<capnp::text::Reader<'_>>) -> String {
+    text.and_then(|t| Ok(t.to_string()?))
+        .unwrap_or_else(|e| format!("it answered a malformed message: {e}"))
+}
+
 fn write_update_outcome(mut out: update_outcome::Builder<'_>, outcome: Result<u64, Failure>) {
     match outcome {
         Ok(changed) => out.set_changed(changed),

@@ -15,10 +15,10 @@ use std::collections::BTreeSet;
 
 use capnp::message::{Builder, HeapAllocator};
 
-use super::Master;
 use super::import::holds_bits;
 use super::journal::Pending;
 use super::reply::Failure;
+use super::{Master, slave_said};
 use crate::bitfold_capnp::{change, change_result, vid_span, vid_vector};
 use crate::catalog::Catalog;
 use crate::client::ErrorKind;
@@ -295,9 +295,7 @@ impl Master {
                 let vids = wire::vids(bytes).map_err(|e| format!("it answered {e}"))?;
                 Ok(vids.into_owned())
             }
-            change_result::Error(text) => Err(text
-                .and_then(|t| Ok(t.to_string()?))
-                .unwrap_or_else(|e| format!("it answered a malformed message: {e}"))),
+            change_result::Error(text) => Err(slave_said(text)),
         }
     }
 }

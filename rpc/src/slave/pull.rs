@@ -53,16 +53,14 @@ pub(crate) async fn pull(
         })
         .await;
     let copied = fetched.and_then(|response| {
-        let bytes = response
+        let read = |reply: slave::fetch_many_results::Reader<'_>| {
+            let bytes = reply.total_size()?.word_count * 8;
+            Ok((read_copies(reply.get_copies()?, &asked)?, bytes))
+        };
+        response
             .get()
-            .and_then(|r| r.total_size())
-            .map_or(0, |s| s.word_count * 8);
-        let copies = response
-            .get()
-            .and_then(|r| r.get_copies())
-            .and_then(|copies| read_copies(copies, &asked))
-            .map_err(|e| format!("it answered a malformed message: {e}"))?;
-        Ok((copies, bytes))
+            .and_then(read)
+            .map_err(|e: capnp::Error| format!("it answered a malformed message: {e}"))
     });
     let mut reply = results.get();
     let (copies, bytes) = match copied {
