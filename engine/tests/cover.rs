@@ -80,8 +80,16 @@ fn bits_of<'p>(parts: impl IntoIterator<Item = VectorPart<'p>>) -> BTreeSet<u32>
 }
 
 /// Checks `cover(vids)` against the union of every part of every vid, and
-/// that it never uses more parts; returns the cover.
+/// that it never uses more parts, and `first_missing(vids)` against asking
+/// `contains` of each vid; returns the cover.
 fn assert_exact<'s>(snapshot: &'s Snapshot, vids: &[u64]) -> Cover<'s> {
+    assert_eq!(
+        snapshot.first_missing(vids),
+        vids.iter().copied().find(|&v| !snapshot.contains(v)),
+        "the first missing of {} vids from {:?}",
+        vids.len(),
+        vids.first()
+    );
     let naive: Vec<VectorPart<'_>> = vids.iter().flat_map(|&v| snapshot.parts(v)).collect();
     let cover = snapshot.cover(vids);
     assert_eq!(

@@ -105,6 +105,26 @@ impl Placement {
         self.reader_among(&self.owners(vid), vid, up)
     }
 
+    /// The vids around `vid` that share its owners and its replica class:
+    /// the intersection of its group and its [`READ_BLOCK`]. Every vid of it
+    /// has the same [`Placement::reader`] whenever the same owners are up.
+    pub fn read_run(&self, vid: u64) -> std::ops::RangeInclusive<u64> {
+        let group = vid - vid % self.group;
+        let block = vid - vid % READ_BLOCK;
+        let first = group.max(block);
+        let last = group
+            .saturating_add(self.group - 1)
+            .min(block + (READ_BLOCK - 1));
+        first..=last
+    }
+
+    /// The owner [`Placement::reader_among`] picks for `vid` whenever it is
+    /// up: the first of `owners` in `vid`'s replica class.
+    pub fn preferred(&self, owners: &[usize], vid: u64) -> Option<usize> {
+        let class = ((vid / READ_BLOCK) % self.replicas as u64) as usize;
+        owners.iter().copied().find(|&o| o % self.replicas == class)
+    }
+
     /// [`Placement::reader`] of `vid`, given its `owners` (the
     /// [`Placement::owners`] of any vid of its group).
     pub fn reader_among(
@@ -228,5 +248,40 @@ mod tests {
             }
         }
         assert_eq!(placement.reader(3, |_| false), None);
+    }
+
+    #[test]
+    fn a_read_run_shares_its_owners_and_preferred_reader() {
+        for (group, replicas) in [(1, 1), (4, 2), (64, 3), (1024, 2)] {
+            let placement = Placement {
+                slaves: 5,
+                replicas,
+                group,
+            };
+            for vid in (0..5000u64).step_by(37).chain([u64::MAX - 3, u64::MAX]) {
+                let run = placement.read_run(vid);
+                assert!(run.contains(&vid));
+                let width = group.min(READ_BLOCK);
+                assert_eq!(
+                    run.end() - run.start(),
+                    width - 1,
+                    "group {group}, vid {vid}"
+                );
+                assert_eq!(run.start() % width, 0);
+                let owners = placement.owners(vid);
+                let preferred = placement.preferred(&owners, vid);
+                for other in [*run.start(), *run.end()] {
+                    assert_eq!(placement.owners(other), owners);
+                    assert_eq!(placement.preferred(&owners, other), preferred);
+                }
+                // With 3 replicas on 5 slaves a group may have no owner of
+                // its vid's class: then the first owner reads it.
+                let reader = placement.reader(vid, |_| true);
+                assert_eq!(reader, preferred.or(Some(owners[0])));
+                // Its preferred reader down, another owner reads it.
+                let without = placement.reader(vid, |s| Some(s) != preferred);
+                assert_eq!(without.is_some(), replicas > 1);
+            }
+        }
     }
 }

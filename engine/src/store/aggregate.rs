@@ -43,6 +43,15 @@ use crate::vector::{CONTAINER_WORDS, VectorBuf, VectorPart};
 /// highest bounds how many aggregates a wide run needs.
 pub const AGGREGATE_LEVELS: [u64; 4] = [4, 16, 256, 4096];
 
+// A cover splits vids into blocks with a mask, not a division per vid.
+const _: () = {
+    let mut level = 0;
+    while level < AGGREGATE_LEVELS.len() {
+        assert!(AGGREGATE_LEVELS[level].is_power_of_two());
+        level += 1;
+    }
+};
+
 /// What to add to the level of an aggregate entry of a segment of format
 /// version 2 or 3, whose levels were 16, 256 and 4,096 vids, to get its
 /// index in [`AGGREGATE_LEVELS`].
@@ -307,8 +316,9 @@ impl<'s> Cover<'s> {
             return self.singles(segment, vids, held);
         };
         let width = AGGREGATE_LEVELS[level];
-        for run in vids.chunk_by(|a, b| a / width == b / width) {
-            let block = run[0] - run[0] % width;
+        let mask = !(width - 1);
+        for run in vids.chunk_by(|a, b| a & mask == b & mask) {
+            let block = run[0] & mask;
             let inside = segment.entries_between(held.clone(), block, block + (width - 1));
             if inside.is_empty() {
                 continue;
@@ -330,17 +340,13 @@ impl<'s> Cover<'s> {
     /// Adds the single parts of `vids` among the entries `held` (`deleted`
     /// and `keep` records and empty `base` ones have none).
     fn singles(&mut self, segment: &'s Segment, vids: &[u64], held: Range<usize>) {
-        let mut from = held.start;
-        for &vid in vids {
-            let found = segment.entries_between(from..held.end, vid, vid);
-            if !found.is_empty() {
-                let part = segment.part_at(found.start);
-                if !part.is_empty() {
-                    self.push(part, None);
-                }
+        segment.find_ascending(held, vids, |_, found| {
+            if let Some(part) = found.map(|i| segment.part_at(i))
+                && !part.is_empty()
+            {
+                self.push(part, None);
             }
-            from = found.end;
-        }
+        });
     }
 }
 
@@ -354,6 +360,12 @@ fn asks_for_all(segment: &Segment, held: Range<usize>, run: &[u64]) -> bool {
         return false;
     }
     let mut asked = run.iter();
+    if deleted == 0 {
+        return held.into_iter().all(|i| {
+            let vid = segment.vid_at(i);
+            asked.any(|&asked| asked == vid)
+        });
+    }
     held.into_iter().all(|i| {
         let (vid, kind) = segment.record_at(i);
         kind == RecordKind::Deleted || asked.any(|&asked| asked == vid)

@@ -106,6 +106,45 @@ impl Snapshot {
             .is_some_and(|kind| kind != RecordKind::Deleted)
     }
 
+    /// The smallest of `vids` (ascending, distinct) that does not exist, if
+    /// any: [`Snapshot::contains`] for many vids at once, one ascending walk
+    /// of each segment's index instead of a search per vid and segment.
+    ///
+    /// # Panics
+    ///
+    /// If `vids` is not strictly ascending.
+    pub fn first_missing(&self, vids: &[u64]) -> Option<u64> {
+        assert!(
+            vids.windows(2).all(|w| w[0] < w[1]),
+            "Snapshot::first_missing takes vids strictly ascending"
+        );
+        let mut unresolved = vids.to_vec();
+        let mut missing = None;
+        for segment in self.segments.iter().rev() {
+            if unresolved.is_empty() {
+                break;
+            }
+            let count = segment.vector_count();
+            if count == 0 {
+                continue;
+            }
+            // Only the vids within the segment's own range are looked up.
+            let lo = unresolved.partition_point(|&vid| vid < segment.vid_at(0));
+            let hi = unresolved.partition_point(|&vid| vid <= segment.vid_at(count - 1));
+            let mut kept = Vec::new();
+            segment.find_ascending(0..count, &unresolved[lo..hi], |vid, found| match found {
+                None => kept.push(vid),
+                Some(i) if segment.kind_at(i) == RecordKind::Deleted => {
+                    missing = Some(missing.map_or(vid, |m: u64| m.min(vid)));
+                }
+                Some(_) => {}
+            });
+            unresolved.splice(lo..hi, kept);
+        }
+        let never_stored = unresolved.first().copied();
+        missing.into_iter().chain(never_stored).min()
+    }
+
     /// Every vid held, ascending.
     pub fn vids(&self) -> impl Iterator<Item = u64> + '_ {
         self.vids_from(0)

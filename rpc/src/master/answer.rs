@@ -165,9 +165,7 @@ impl Master {
                 placement: layout.current.placement(),
                 most: self.options.max_query_vectors,
             };
-            plan::plan(terms, &self.catalog.borrow(), shape, |i, vid| {
-                self.serves(i, vid)
-            })
+            plan::plan(terms, &self.catalog.borrow(), shape, self.serving())
         };
         let mut chains = match plan {
             Plan::Empty => return Ok(Attempt::Found(Found::Empty)),

@@ -83,7 +83,15 @@ impl Master {
 
     /// Whether slave `index` may serve vector `vid`: it is up and holds it.
     pub(super) fn serves(&self, index: usize, vid: u64) -> bool {
-        self.slaves.borrow()[index].up && !self.lacking.borrow()[index].contains(&vid)
+        self.serving()(index, vid)
+    }
+
+    /// [`Master::serves`] for many questions in a row (a plan asks one per
+    /// vid): the slaves' states are borrowed once, not per question.
+    pub(super) fn serving(&self) -> impl Fn(usize, u64) -> bool + '_ {
+        let slaves = self.slaves.borrow();
+        let lacking = self.lacking.borrow();
+        move |index, vid| slaves[index].up && !lacking[index].contains(&vid)
     }
 
     /// Copies up to [`REFILL_BATCH`] of the vectors slave `index` lacks from

@@ -29,11 +29,12 @@ type TermVids = Vec<Vec<u64>>;
 fn by_machine(chains: &[Vec<(u32, u64)>]) -> BTreeMap<u32, TermVids> {
     let mut machines: BTreeMap<u32, TermVids> = BTreeMap::new();
     for (term, chain) in chains.iter().enumerate() {
-        for &(machine, vid) in chain {
+        // A chain comes sorted by machine: one map lookup per machine's run.
+        for run in chain.chunk_by(|a, b| a.0 == b.0) {
             machines
-                .entry(machine)
+                .entry(run[0].0)
                 .or_insert_with(|| vec![Vec::new(); chains.len()])[term]
-                .push(vid);
+                .extend(run.iter().map(|&(_, vid)| vid));
         }
     }
     for terms in machines.values_mut() {

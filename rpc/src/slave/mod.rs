@@ -311,7 +311,7 @@ impl Slave {
         let mut vids: Vec<u64> = vids.into_iter().collect();
         vids.sort_unstable();
         vids.dedup();
-        if let Some(&missing) = vids.iter().find(|&&vid| !snapshot.contains(vid)) {
+        if let Some(missing) = snapshot.first_missing(&vids) {
             return Err(missing);
         }
         let cover = snapshot.cover(&vids);

@@ -246,6 +246,7 @@ impl Segment {
         self.bytes.len() as u64
     }
 
+    #[inline]
     fn entries(&self) -> &[[u64; ENTRY_WORDS]] {
         let words: &[u64] = bytemuck::cast_slice(&self.bytes[self.index.clone()]);
         words.as_chunks().0
@@ -278,11 +279,13 @@ impl Segment {
     }
 
     /// The kind of the `i`-th record.
+    #[inline]
     pub(crate) fn kind_at(&self, i: usize) -> RecordKind {
         self.record_at(i).1
     }
 
     /// The vid and kind of the `i`-th record.
+    #[inline]
     pub(crate) fn record_at(&self, i: usize) -> (u64, RecordKind) {
         let entry = &self.entries()[i];
         let kind = RecordKind::from_field((entry[3] >> 32) as u32)
@@ -322,11 +325,31 @@ impl Segment {
         within.start + start..within.start + end
     }
 
+    /// Calls `each(vid, entry)` for each of `vids` (ascending), with the
+    /// index of its entry among `within` if it has one there: one walk of
+    /// the index that gallops over the entries it skips, so ascending vids
+    /// cost what they skip, not a binary search of the whole index each.
+    pub(crate) fn find_ascending(
+        &self,
+        within: Range<usize>,
+        vids: &[u64],
+        mut each: impl FnMut(u64, Option<usize>),
+    ) {
+        let entries = &self.entries()[within.clone()];
+        let mut at = 0;
+        for &vid in vids {
+            at += gallop(&entries[at..], vid);
+            let found = entries.get(at).is_some_and(|entry| entry[0] == vid);
+            each(vid, found.then_some(within.start + at));
+        }
+    }
+
     pub(crate) fn vector_count(&self) -> usize {
         self.entries().len()
     }
 
     /// The vid of the `i`-th vector.
+    #[inline]
     pub(crate) fn vid_at(&self, i: usize) -> u64 {
         self.entries()[i][0]
     }
@@ -355,6 +378,18 @@ impl Segment {
         let i = self.find(vid)?;
         Some((self.kind_at(i), self.part_at(i)))
     }
+}
+
+/// The first of `entries` whose vid is `vid` or more (`entries.len()` if
+/// none), looking at 1, 2, 4, ... entries ahead before a binary search.
+fn gallop(entries: &[[u64; ENTRY_WORDS]], vid: u64) -> usize {
+    let mut end = 1;
+    while end < entries.len() && entries[end - 1][0] < vid {
+        end *= 2;
+    }
+    let end = end.min(entries.len());
+    let start = end / 2;
+    start + entries[start..end].partition_point(|entry| entry[0] < vid)
 }
 
 fn no_containers(entry: &Entry) -> bool {
