@@ -87,7 +87,7 @@ impl Snapshot {
             if wanted.is_empty() {
                 break;
             }
-            let settled = cover.add_segment(segment, &wanted);
+            let settled = cover.add_segment(segment, &wanted[segment.span_of(&wanted)]);
             remove_settled(&mut wanted, settled);
             if segment.ends_chains() {
                 wanted.retain(|&vid| !segment.kind(vid).is_some_and(RecordKind::ends_chain));
@@ -124,22 +124,22 @@ impl Snapshot {
             if unresolved.is_empty() {
                 break;
             }
-            let count = segment.vector_count();
-            if count == 0 {
-                continue;
-            }
             // Only the vids within the segment's own range are looked up.
-            let lo = unresolved.partition_point(|&vid| vid < segment.vid_at(0));
-            let hi = unresolved.partition_point(|&vid| vid <= segment.vid_at(count - 1));
+            let within = segment.span_of(&unresolved);
             let mut kept = Vec::new();
-            segment.find_ascending(0..count, &unresolved[lo..hi], |vid, found| match found {
-                None => kept.push(vid),
-                Some(i) if segment.kind_at(i) == RecordKind::Deleted => {
-                    missing = Some(missing.map_or(vid, |m: u64| m.min(vid)));
-                }
-                Some(_) => {}
-            });
-            unresolved.splice(lo..hi, kept);
+            let count = segment.vector_count();
+            segment.find_ascending(
+                0..count,
+                &unresolved[within.clone()],
+                |vid, found| match found {
+                    None => kept.push(vid),
+                    Some(i) if segment.kind_at(i) == RecordKind::Deleted => {
+                        missing = Some(missing.map_or(vid, |m: u64| m.min(vid)));
+                    }
+                    Some(_) => {}
+                },
+            );
+            unresolved.splice(within, kept);
         }
         let never_stored = unresolved.first().copied();
         missing.into_iter().chain(never_stored).min()

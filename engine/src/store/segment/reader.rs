@@ -325,6 +325,18 @@ impl Segment {
         within.start + start..within.start + end
     }
 
+    /// Where in `vids` (ascending) are those between the first and the last
+    /// vid this segment holds a record of: the only ones it can say
+    /// anything of.
+    pub(crate) fn span_of(&self, vids: &[u64]) -> Range<usize> {
+        let (Some(first), Some(last)) = (self.entries().first(), self.entries().last()) else {
+            return 0..0;
+        };
+        let lo = vids.partition_point(|&vid| vid < first[0]);
+        let hi = vids.partition_point(|&vid| vid <= last[0]);
+        lo..hi
+    }
+
     /// Calls `each(vid, entry)` for each of `vids` (ascending), with the
     /// index of its entry among `within` if it has one there: one walk of
     /// the index that gallops over the entries it skips, so ascending vids
