@@ -266,8 +266,8 @@ pub(crate) fn write_compact<'b>(
         let unread = write_union(init(plan.parts().len() as u32), plan, inputs);
         return (unread, crate::hop::planned_bytes(plan.parts()));
     }
+    // `fill` overwrites every word: only words the scratch never had are zeroed.
     let mut words = SCRATCH.take();
-    words.clear();
     words.resize(total, 0);
     let mut unread = Unread::default();
     let mut containers: Vec<(u16, Written<'_>)> = Vec::new();
@@ -589,6 +589,29 @@ mod tests {
             parts[0].view().is_err(),
             "an import may not carry full keys"
         );
+    }
+
+    #[test]
+    fn a_union_written_after_another_holds_none_of_its_bits() {
+        // The first leaves the thread's scratch all ones; the second, over
+        // the same keys, must overwrite every word of it.
+        let written = |inputs: &[VectorPart<'_>]| {
+            let plan = UnionPlan::new(inputs);
+            let mut message = capnp::message::Builder::new_default();
+            write_compact(|n| message.initn_root(n), &plan, inputs);
+            let parts = read_parts(message.get_root_as_reader().unwrap()).unwrap();
+            let views = views(&parts).unwrap();
+            views
+                .iter()
+                .flat_map(|p| p.bits())
+                .collect::<BTreeSet<u32>>()
+        };
+        let full = VectorBuf::from_sorted_bits(&(0..3 << 16).collect::<Vec<u32>>());
+        assert_eq!(written(&[full.as_part()]).len(), 3 << 16);
+        let half = VectorBuf::from_bits((0..3 << 16).step_by(2).collect());
+        let quarter = VectorBuf::from_bits((0..3 << 16).step_by(4).collect());
+        let want: BTreeSet<u32> = (0..3 << 16).step_by(2).collect();
+        assert_eq!(written(&[half.as_part(), quarter.as_part()]), want);
     }
 
     #[test]
