@@ -121,8 +121,14 @@ impl Placement {
     /// The owner [`Placement::reader_among`] picks for `vid` whenever it is
     /// up: the first of `owners` in `vid`'s replica class.
     pub fn preferred(&self, owners: &[usize], vid: u64) -> Option<usize> {
-        let class = ((vid / READ_BLOCK) % self.replicas as u64) as usize;
+        let class = self.read_class(vid);
         owners.iter().copied().find(|&o| o % self.replicas == class)
+    }
+
+    /// The replica class (owner index modulo `replicas`) `vid` is read
+    /// from while its owners of that class are up.
+    fn read_class(&self, vid: u64) -> usize {
+        ((vid / READ_BLOCK) % self.replicas as u64) as usize
     }
 
     /// [`Placement::reader`] of `vid`, given its `owners` (the
@@ -133,7 +139,7 @@ impl Placement {
         vid: u64,
         up: impl Fn(usize) -> bool,
     ) -> Option<usize> {
-        let class = ((vid / READ_BLOCK) % self.replicas as u64) as usize;
+        let class = self.read_class(vid);
         owners
             .iter()
             .copied()

@@ -360,15 +360,12 @@ fn asks_for_all(segment: &Segment, held: Range<usize>, run: &[u64]) -> bool {
         return false;
     }
     let mut asked = run.iter();
-    if deleted == 0 {
-        return held.into_iter().all(|i| {
+    // A record's kind is decoded only in a segment that has deletes.
+    held.into_iter().all(|i| {
+        (deleted > 0 && segment.kind_at(i) == RecordKind::Deleted) || {
             let vid = segment.vid_at(i);
             asked.any(|&asked| asked == vid)
-        });
-    }
-    held.into_iter().all(|i| {
-        let (vid, kind) = segment.record_at(i);
-        kind == RecordKind::Deleted || asked.any(|&asked| asked == vid)
+        }
     })
 }
 

@@ -281,16 +281,8 @@ impl Segment {
     /// The kind of the `i`-th record.
     #[inline]
     pub(crate) fn kind_at(&self, i: usize) -> RecordKind {
-        self.record_at(i).1
-    }
-
-    /// The vid and kind of the `i`-th record.
-    #[inline]
-    pub(crate) fn record_at(&self, i: usize) -> (u64, RecordKind) {
-        let entry = &self.entries()[i];
-        let kind = RecordKind::from_field((entry[3] >> 32) as u32)
-            .expect("every record kind was verified when the segment was opened");
-        (entry[0], kind)
+        RecordKind::from_field((self.entries()[i][3] >> 32) as u32)
+            .expect("every record kind was verified when the segment was opened")
     }
 
     /// Whether this segment has range aggregates (version 1 segments and
