@@ -212,6 +212,18 @@ struct PendingUpdate {
   changes @2 :List(Change);   # every change, in order, for every owner
 }
 
+struct MissedWrites {
+  # The vectors a failed import may have left different on some of their
+  # owners, until they are copied back to them: the master's record in its
+  # data directory, so that a restarted master does not read them there.
+  slaves @0 :List(MissedBy);
+}
+
+struct MissedBy {
+  name @0 :Text;          # the slave, by its name in the cluster file
+  vids @1 :List(UInt64);  # the vectors it may hold without a failed import's bits
+}
+
 enum HopKind {
   # What a machine did for a query, in a hop report.
   handle @0;  # a hop of a term's chain: ORed its run of vids into the partial result

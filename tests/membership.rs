@@ -319,11 +319,10 @@ fn a_slave_replaced_by_a_new_machine_is_refilled() {
     assert_each_slave_can_fail(&mut cluster, &oracle, &held);
 }
 
-#[test]
-fn an_import_that_failed_on_an_owner_is_copied_back_before_it_serves_those_vectors() {
-    let mut cluster = Cluster::start(2, 2);
-    let mut oracle = load(&cluster, 27);
-    let client = cluster.client();
+/// Kills s1 of a 2-slave, 2-replica cluster and imports new bits into
+/// every existing vector: the import is stored by s0 only and refused as
+/// `unavailable`. Returns the oracle with those bits.
+fn import_missed_by_s1(cluster: &mut Cluster, client: &Client, mut oracle: Oracle) -> Oracle {
     // The master believes s1 is up until a call to it fails: this import of
     // new bits into existing vectors is stored by s0 only.
     cluster.kill_slave(1);
@@ -344,9 +343,14 @@ fn an_import_that_failed_on_an_owner_is_copied_back_before_it_serves_those_vecto
     for vid in 0..48u64 {
         oracle.add(vid, [150_000 + vid as u32, 200_000]);
     }
-    // s0 serves them meanwhile; s1 is back without the import's bits.
-    assert_all(&client, &oracle);
+    oracle
+}
+
+/// Restarts s1, waits until the master reports every vector on both
+/// owners, then kills s0: s1 alone must answer with the import's bits.
+fn assert_s1_copied_back(cluster: &mut Cluster, oracle: &Oracle) {
     cluster.restart_slave(1).expect("s1 restarts");
+    let client = cluster.client();
     for _ in 0..1200 {
         let status = client.status().unwrap();
         if status.iter().all(|s| s.up) && client.placement().unwrap().under_replicated == 0 {
@@ -357,5 +361,29 @@ fn an_import_that_failed_on_an_owner_is_copied_back_before_it_serves_those_vecto
     assert_eq!(client.placement().unwrap().under_replicated, 0);
     // s1 alone answers with the import's bits: they were copied back to it.
     cluster.kill_slave(0);
+    assert_all(&client, oracle);
+}
+
+#[test]
+fn an_import_that_failed_on_an_owner_is_copied_back_before_it_serves_those_vectors() {
+    let mut cluster = Cluster::start(2, 2);
+    let client = cluster.client();
+    let oracle = load(&cluster, 27);
+    let oracle = import_missed_by_s1(&mut cluster, &client, oracle);
+    // s0 serves them meanwhile; s1 comes back without the import's bits.
     assert_all(&client, &oracle);
+    assert_s1_copied_back(&mut cluster, &oracle);
+}
+
+#[test]
+fn a_restarted_master_still_knows_which_owner_missed_an_import() {
+    let mut cluster = Cluster::start(2, 2);
+    let client = cluster.client();
+    let oracle = load(&cluster, 28);
+    let oracle = import_missed_by_s1(&mut cluster, &client, oracle);
+    // Back, s1 holds every vid: only the master's record of the failed
+    // import keeps it from serving them without the import's bits.
+    cluster.restart_master();
+    assert_all(&cluster.client(), &oracle);
+    assert_s1_copied_back(&mut cluster, &oracle);
 }

@@ -35,7 +35,8 @@ impl Master {
             self.catch_up(owner).await.map_err(|reason| {
                 self.unavailable(
                     format!(
-                        "the import was not applied: slave {} has not caught up on earlier                          updates ({reason}); import again once it is up",
+                        "the import was not applied: slave {} has not caught up on earlier \
+                         updates ({reason}); import again once it is up",
                         self.slave_name(owner)
                     ),
                     &[owner],
@@ -104,16 +105,23 @@ impl Master {
             // Vectors that already existed may now differ between the owners
             // that stored the import and those that failed: the latter are
             // read for them only once they have been copied back.
-            let catalog = self.catalog.borrow();
-            for &owner in &down {
-                let stale = by_owner[owner].iter().map(|&i| vectors.get(i).get_vid());
-                let stale = stale.filter(|&vid| {
-                    catalog.contains(vid)
-                        && layout.read_owners(vid).iter().any(|o| !down.contains(o))
-                });
-                self.note_failed_write(owner, stale.collect::<Vec<_>>());
+            {
+                let catalog = self.catalog.borrow();
+                for &owner in &down {
+                    let stale = by_owner[owner].iter().map(|&i| vectors.get(i).get_vid());
+                    let stale = stale.filter(|&vid| {
+                        catalog.contains(vid)
+                            && layout.read_owners(vid).iter().any(|o| !down.contains(o))
+                    });
+                    self.note_failed_write(owner, stale.collect::<Vec<_>>());
+                }
             }
-            drop(catalog);
+            if let Err(reason) = self.record_missed().await {
+                tracing::error!("{reason}");
+                reasons.push(format!(
+                    "{reason}: do not restart the master before importing again"
+                ));
+            }
             let failure = self.unavailable(
                 format!(
                     "the import was not recorded: every owner must store it ({}); \

@@ -19,6 +19,7 @@ mod import;
 mod in_flight;
 mod journal;
 mod layout;
+mod missed;
 mod options;
 mod plan;
 mod probe;
@@ -83,11 +84,15 @@ pub fn run_until(
         target: moving.map(|m| m.target),
     };
     let journal = Journal::open(catalog.directory().clone()).map_err(crate::Error::Config)?;
+    let mut missed =
+        missed::read(&**catalog.directory(), layout.slaves()).map_err(crate::Error::Config)?;
+    for vids in &mut missed {
+        vids.retain(|&vid| catalog.contains(vid));
+    }
     net::block_on_local(async move {
         let listener = net::bind(&options.listen).await?;
         let addr = net::local_addr(&listener)?;
         let slaves = vec![SlaveState::unknown(); layout.slaves().len()];
-        let options_slaves = slaves.len();
         let tls = options.tls.clone();
         let state = Rc::new(Master {
             options,
@@ -98,7 +103,8 @@ pub fn run_until(
             journal: RefCell::new(journal),
             writes: tokio::sync::Mutex::new(()),
             in_flight: Rc::new(InFlight::default()),
-            lacking: RefCell::new(vec![BTreeSet::new(); options_slaves]),
+            lacking: RefCell::new(missed.clone()),
+            missed: RefCell::new(missed),
             layout: RefCell::new(Rc::new(layout)),
             move_next: Cell::new(move_next),
             metrics: MasterMetrics::new(),
@@ -146,6 +152,9 @@ struct Master {
     move_next: Cell<u64>,
     /// Per slave, the vids it owns but does not hold (`refill`).
     lacking: RefCell<Vec<BTreeSet<u64>>>,
+    /// Per slave, those of `lacking` it holds without the bits of a failed
+    /// import, as recorded in the data directory (`missed`).
+    missed: RefCell<Vec<BTreeSet<u64>>>,
     /// What it counts for `/metrics`.
     metrics: MasterMetrics,
     /// Bytes its DBMS connections have sent.

@@ -253,6 +253,9 @@ impl Master {
         self.lacking
             .borrow_mut()
             .resize(layout.slaves().len(), Default::default());
+        self.missed
+            .borrow_mut()
+            .resize(layout.slaves().len(), Default::default());
         *self.layout.borrow_mut() = Rc::new(layout);
     }
 

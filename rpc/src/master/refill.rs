@@ -17,8 +17,8 @@
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
-use super::Master;
 use super::copy::CopyError;
+use super::{Master, missed};
 
 /// The most vectors copied to a slave in one call.
 const REFILL_BATCH: usize = 256;
@@ -59,14 +59,20 @@ impl Master {
                 lacking.len()
             );
         }
+        // Missed writes to vectors deleted or moved away since are moot; the
+        // record drops them when it is next written.
+        self.missed.borrow_mut()[index].retain(|vid| lacking.contains(vid));
         self.lacking.borrow_mut()[index] = lacking;
     }
 
     /// Notes that slave `index` may hold `vids` otherwise than their other
     /// owners (an import failed on it, and may have stored any part of
     /// it): until they are copied back to it from an owner that stored the
-    /// write, it is not read for them.
+    /// write, it is not read for them. Call [`Master::record_missed`] next,
+    /// so that a restarted master knows it too.
     pub(super) fn note_failed_write(&self, index: usize, vids: impl IntoIterator<Item = u64>) {
+        let vids: Vec<u64> = vids.into_iter().collect();
+        self.missed.borrow_mut()[index].extend(vids.iter().copied());
         let mut lacking = self.lacking.borrow_mut();
         let before = lacking[index].len();
         lacking[index].extend(vids);
@@ -79,6 +85,20 @@ impl Master {
                 self.slave_name(index)
             );
         }
+    }
+
+    /// Records durably which vectors each slave missed a write to
+    /// ([`Master::note_failed_write`]), as they are now.
+    pub(super) async fn record_missed(&self) -> Result<(), String> {
+        let write = missed::write(
+            self.catalog.borrow().directory().clone(),
+            self.layout().slaves(),
+            &self.missed.borrow(),
+        );
+        write
+            .persist()
+            .await
+            .map_err(|e| format!("the master could not record which owners missed a write: {e}"))
     }
 
     /// Whether slave `index` may serve vector `vid`: it is up and holds it.
@@ -128,15 +148,25 @@ impl Master {
                 return 0;
             }
         }
-        let mut lacking = self.lacking.borrow_mut();
-        for vid in &vids {
-            lacking[index].remove(vid);
-        }
-        if lacking[index].is_empty() {
+        let (whole, recopied) = {
+            let mut lacking = self.lacking.borrow_mut();
+            let mut missed = self.missed.borrow_mut();
+            let mut recopied = false;
+            for vid in &vids {
+                lacking[index].remove(vid);
+                recopied |= missed[index].remove(vid);
+            }
+            (lacking[index].is_empty(), recopied)
+        };
+        if whole {
             tracing::info!(
                 "slave {} holds every vector it owns again",
                 self.slave_name(index)
             );
+        }
+        // A record left behind only copies those vectors once more.
+        if recopied && let Err(reason) = self.record_missed().await {
+            tracing::warn!("{reason}");
         }
         vids.len()
     }

@@ -146,6 +146,16 @@ impl Master {
             for lacking in self.lacking.borrow_mut().iter_mut() {
                 lacking.retain(|vid| !vids.contains(vid));
             }
+            let mut dropped = false;
+            for missed in self.missed.borrow_mut().iter_mut() {
+                let before = missed.len();
+                missed.retain(|vid| !vids.contains(vid));
+                dropped |= missed.len() != before;
+            }
+            // A record left behind only names vectors that no longer exist.
+            if dropped && let Err(reason) = self.record_missed().await {
+                tracing::warn!("{reason}");
+            }
             self.in_flight.drain().await;
         }
         let sends = owners
