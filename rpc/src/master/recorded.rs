@@ -313,6 +313,13 @@ mod tests {
         };
         record_move(&dir, &moving).unwrap();
         assert_eq!(read_move(&dir).unwrap(), Some(moving));
+        // Vids are any u64, past what a TOML integer holds.
+        let far = Move {
+            next: u64::MAX - 1,
+            target: cluster(&THREE, 2, 16),
+        };
+        record_move(&dir, &far).unwrap();
+        assert_eq!(read_move(&dir).unwrap(), Some(far));
         end_move(&dir).unwrap();
         assert_eq!(read_move(&dir).unwrap(), None);
         let mut damaged = dir.create(MOVE_FILE).unwrap();
