@@ -298,22 +298,17 @@ struct StagedFile {
     handed_on: u64,
 }
 
-impl StagedFile {
-    /// Asks the kernel to start writing what has reached the file since the
-    /// last call, once that is [`WRITE_BEHIND`] bytes or more, without
-    /// waiting: the disk then writes while the rest of the file is built,
-    /// and the sync on commit waits only for the tail. Only a hint: if it
-    /// fails, that sync still writes everything and reports any error.
-    fn write_behind(&mut self) {
-        let Some(file) = self.file.as_ref() else {
-            return;
-        };
-        let reached = self.written - file.buffer().len() as u64;
-        if reached - self.handed_on < WRITE_BEHIND {
-            return;
-        }
-        start_writeback(file.get_ref(), self.handed_on, reached - self.handed_on);
-        self.handed_on = reached;
+/// Asks the kernel to start writing what has reached `file` since
+/// `handed_on` (of the `written` bytes given to it, those not still in its
+/// buffer), once that is [`WRITE_BEHIND`] bytes or more, without waiting:
+/// the disk then writes while the rest of the file is built, and the sync on
+/// commit waits only for the tail. Only a hint: if it fails, that sync still
+/// writes everything and reports any error.
+fn write_behind(file: &BufWriter<File>, written: u64, handed_on: &mut u64) {
+    let reached = written - file.buffer().len() as u64;
+    if reached - *handed_on >= WRITE_BEHIND {
+        start_writeback(file.get_ref(), *handed_on, reached - *handed_on);
+        *handed_on = reached;
     }
 }
 
@@ -343,7 +338,7 @@ impl FileWriter for StagedFile {
         file.write_all(bytes)
             .map_err(|e| StoreError::io("write", &self.temp, e))?;
         self.written += bytes.len() as u64;
-        self.write_behind();
+        write_behind(file, self.written, &mut self.handed_on);
         Ok(())
     }
 
