@@ -45,6 +45,11 @@ fn part_word_len(part: &VectorPart<'_>) -> usize {
 
 /// Writes the dense form of the union of `parts` into `out`, overwriting it.
 ///
+/// Each word is written once where no two parts share a container (a union
+/// reply's parts): a dense container is copied and the gaps between
+/// containers zeroed, rather than zeroing everything and ORing on top.
+/// Where parts overlap, later containers are ORed in.
+///
 /// # Panics
 ///
 /// If `out.len()` is not [`word_len`]`(parts)`.
@@ -54,7 +59,8 @@ pub fn write_words(parts: &[VectorPart<'_>], out: &mut [u64]) {
         word_len(parts),
         "write_words: the output must be exactly word_len words"
     );
-    out.fill(0);
+    // `out[..filled]` holds the union of the containers seen so far.
+    let mut filled = 0;
     for part in parts {
         for (key, container) in part.containers() {
             let start = usize::from(key) * CONTAINER_WORDS;
@@ -63,12 +69,25 @@ pub fn write_words(parts: &[VectorPart<'_>], out: &mut [u64]) {
                 break;
             }
             let end = (start + CONTAINER_WORDS).min(out.len());
+            // Containers are aligned and `filled` ends one (or `out`): a
+            // container that starts before it lies wholly inside it.
+            let fresh = start >= filled;
+            if fresh {
+                out[filled..start].fill(0);
+                filled = end;
+            }
             let target = &mut out[start..end];
             match container {
+                ContainerRef::Dense(words) if fresh => {
+                    target.copy_from_slice(&words[..target.len()]);
+                }
                 ContainerRef::Dense(words) => {
                     crate::kernels::or_into(target, &words[..target.len()]);
                 }
                 ContainerRef::Sparse(values) => {
+                    if fresh {
+                        target.fill(0);
+                    }
                     for &low in values {
                         target[usize::from(low) / 64] |= 1 << (low % 64);
                     }
@@ -76,6 +95,7 @@ pub fn write_words(parts: &[VectorPart<'_>], out: &mut [u64]) {
             }
         }
     }
+    out[filled..].fill(0);
 }
 
 #[cfg(test)]
@@ -143,6 +163,40 @@ mod tests {
             expected.dedup();
             prop_assert_eq!(out.last().copied().unwrap_or(1) != 0, true);
             prop_assert_eq!(bits_of_words(&out), expected);
+        }
+
+        /// One vector split into parts by container key, as a union reply
+        /// comes, in key order (each container copied once) and reversed
+        /// (ORed in over what is written), over words left all ones.
+        #[test]
+        fn parts_split_by_key_in_either_order_write_the_vector(
+            bits in proptest::collection::btree_set(0u32..1 << 22, 0..3000),
+            dense in proptest::collection::vec(0u32..64, 0..6),
+            cuts in proptest::collection::vec(0u16..64, 0..4),
+        ) {
+            // Whole containers set too, so some parts hold dense ones.
+            let mut all = bits;
+            for key in dense {
+                all.extend((key << 16)..(key << 16) + 5000);
+            }
+            let mut cuts = cuts;
+            cuts.push(64);
+            cuts.sort_unstable();
+            let mut pieces = Vec::new();
+            let mut from = 0u32;
+            for cut in cuts {
+                let to = u32::from(cut) << 16;
+                pieces.push(VectorBuf::from_bits(all.range(from..to).copied().collect()));
+                from = from.max(to);
+            }
+            let expected: Vec<u32> = all.into_iter().collect();
+            let mut parts: Vec<VectorPart<'_>> = pieces.iter().map(VectorBuf::as_part).collect();
+            for _ in 0..2 {
+                let mut out = vec![u64::MAX; word_len(&parts)];
+                write_words(&parts, &mut out);
+                prop_assert_eq!(bits_of_words(&out), expected.clone());
+                parts.reverse();
+            }
         }
     }
 }
