@@ -261,35 +261,35 @@ pub(crate) fn write_compact<'b>(
     plan: &UnionPlan,
     inputs: &[VectorPart<'_>],
 ) -> (Unread, u64) {
-    let total: usize = plan.parts().iter().map(PlannedPart::dense_word_count).sum();
-    if total > COMPACT_MAX_WORDS {
-        let unread = write_union(init(plan.parts().len() as u32), plan, inputs);
-        return (unread, crate::hop::planned_bytes(plan.parts()));
-    }
-    // `fill` overwrites every word: only words the scratch never had are zeroed.
-    let mut words = SCRATCH.take();
-    words.resize(total, 0);
+    let mut scratch = None;
     let mut unread = Unread::default();
     let mut containers: Vec<(u16, Written<'_>)> = Vec::new();
-    let mut at = 0;
-    for (i, planned) in plan.parts().iter().enumerate() {
-        let len = planned.dense_word_count();
-        unread.add(&plan.fill(i, inputs, &mut words[at..at + len]));
-        at += len;
-    }
-    at = 0;
-    for planned in plan.parts() {
-        let len = planned.dense_word_count();
-        let part = planned.with_words(&words[at..at + len]);
-        containers.extend(part.containers().map(|(key, container)| {
-            let written = match container {
-                ContainerRef::Dense(w) if w.iter().all(|&w| w == u64::MAX) => Written::Full,
-                ContainerRef::Dense(w) => Written::Dense(w),
-                ContainerRef::Sparse(values) => Written::Sparse(values),
-            };
-            (key, written)
-        }));
-        at += len;
+    if let [only] = inputs {
+        // The union of one part is that part: its containers are written
+        // from where they are, each read once, with no fill into a scratch.
+        containers.extend(only.containers().map(written));
+    } else {
+        let total: usize = plan.parts().iter().map(PlannedPart::dense_word_count).sum();
+        if total > COMPACT_MAX_WORDS {
+            let unread = write_union(init(plan.parts().len() as u32), plan, inputs);
+            return (unread, crate::hop::planned_bytes(plan.parts()));
+        }
+        // `fill` overwrites every word: only words the scratch never had are zeroed.
+        let words = scratch.insert(SCRATCH.take());
+        words.resize(total, 0);
+        let mut at = 0;
+        for (i, planned) in plan.parts().iter().enumerate() {
+            let len = planned.dense_word_count();
+            unread.add(&plan.fill(i, inputs, &mut words[at..at + len]));
+            at += len;
+        }
+        at = 0;
+        for planned in plan.parts() {
+            let len = planned.dense_word_count();
+            let part = planned.with_words(&words[at..at + len]);
+            containers.extend(part.containers().map(written));
+            at += len;
+        }
     }
     let mut groups: Vec<&[(u16, Written<'_>)]> = Vec::new();
     for run in containers.chunk_by(|a, b| a.1.is_full() == b.1.is_full()) {
@@ -314,10 +314,22 @@ pub(crate) fn write_compact<'b>(
         bytes += write_containers(list.reborrow().get(i as u32), group);
     }
     drop(containers);
-    if words.capacity() <= SCRATCH_KEEP_WORDS {
+    if let Some(words) = scratch
+        && words.capacity() <= SCRATCH_KEEP_WORDS
+    {
         SCRATCH.set(words);
     }
     (unread, bytes)
+}
+
+/// How [`write_compact`] writes a container: an all-ones dense one as its key.
+fn written((key, container): (u16, ContainerRef<'_>)) -> (u16, Written<'_>) {
+    let written = match container {
+        ContainerRef::Dense(w) if w.iter().all(|&w| w == u64::MAX) => Written::Full,
+        ContainerRef::Dense(w) => Written::Dense(w),
+        ContainerRef::Sparse(values) => Written::Sparse(values),
+    };
+    (key, written)
 }
 
 /// Writes `containers` (ascending keys, at most [`PART_MAX_DENSE`] dense)
@@ -563,32 +575,36 @@ mod tests {
                 .chain([(4 << 16) + 9, 7])
                 .collect(),
         );
-        let inputs = [b.as_part(), a.as_part()];
-        let plan = UnionPlan::new(&inputs);
-        let mut message = capnp::message::Builder::new_default();
-        let (_, bytes) = write_compact(|n| message.initn_root(n), &plan, &inputs);
-        assert_eq!(
-            bytes,
-            4 * 2 + (2 + 8192) + (2 + 4 + 2),
-            "keys, one dense container, one sparse"
-        );
-        let list: PartList<'_> = message.get_root_as_reader().unwrap();
-        assert_eq!(list.len(), 5, "full, dense, full, sparse, full");
-        let full_keys: Vec<usize> = list
-            .iter()
-            .map(|p| p.get_full_keys().unwrap().len() / 2)
-            .collect();
-        assert_eq!(full_keys, [1, 0, 2, 0, 1]);
-        let parts = read_parts(list).unwrap();
-        let views = views(&parts).unwrap();
-        assert!(Term::new(&views).is_ok(), "the parts still form a term");
-        let got: BTreeSet<u32> = views.iter().flat_map(|p| p.bits()).collect();
-        let want: BTreeSet<u32> = inputs.iter().flat_map(|p| p.bits()).collect();
-        assert_eq!(got, want);
-        assert!(
-            parts[0].view().is_err(),
-            "an import may not carry full keys"
-        );
+        let want: BTreeSet<u32> = a.as_part().bits().chain(b.as_part().bits()).collect();
+        // Their union written from two parts (filled into the scratch), and
+        // the same vector as one part (written from where it is).
+        let one = VectorBuf::from_sorted_bits(&want.iter().copied().collect::<Vec<u32>>());
+        for inputs in [&[b.as_part(), a.as_part()][..], &[one.as_part()]] {
+            let plan = UnionPlan::new(inputs);
+            let mut message = capnp::message::Builder::new_default();
+            let (_, bytes) = write_compact(|n| message.initn_root(n), &plan, inputs);
+            assert_eq!(
+                bytes,
+                4 * 2 + (2 + 8192) + (2 + 4 + 2),
+                "keys, one dense container, one sparse"
+            );
+            let list: PartList<'_> = message.get_root_as_reader().unwrap();
+            assert_eq!(list.len(), 5, "full, dense, full, sparse, full");
+            let full_keys: Vec<usize> = list
+                .iter()
+                .map(|p| p.get_full_keys().unwrap().len() / 2)
+                .collect();
+            assert_eq!(full_keys, [1, 0, 2, 0, 1]);
+            let parts = read_parts(list).unwrap();
+            let views = views(&parts).unwrap();
+            assert!(Term::new(&views).is_ok(), "the parts still form a term");
+            let got: BTreeSet<u32> = views.iter().flat_map(|p| p.bits()).collect();
+            assert_eq!(got, want);
+            assert!(
+                parts[0].view().is_err(),
+                "an import may not carry full keys"
+            );
+        }
     }
 
     #[test]
@@ -607,8 +623,8 @@ mod tests {
                 .collect::<BTreeSet<u32>>()
         };
         let full = VectorBuf::from_sorted_bits(&(0..3 << 16).collect::<Vec<u32>>());
-        assert_eq!(written(&[full.as_part()]).len(), 3 << 16);
         let half = VectorBuf::from_bits((0..3 << 16).step_by(2).collect());
+        assert_eq!(written(&[full.as_part(), half.as_part()]).len(), 3 << 16);
         let quarter = VectorBuf::from_bits((0..3 << 16).step_by(4).collect());
         let want: BTreeSet<u32> = (0..3 << 16).step_by(2).collect();
         assert_eq!(written(&[half.as_part(), quarter.as_part()]), want);
