@@ -17,6 +17,7 @@ use bitfold_engine::store::{Directory, read_sealed};
 use capnp::message::{Builder, ReaderOptions};
 
 use super::journal::Write;
+use super::recorded;
 use crate::bitfold_capnp::missed_writes;
 use crate::cluster::SlaveEntry;
 
@@ -32,12 +33,7 @@ pub(super) fn read(
     slaves: &[SlaveEntry],
 ) -> Result<Vec<BTreeSet<u64>>, String> {
     let mut missed = vec![BTreeSet::new(); slaves.len()];
-    if !dir
-        .list()
-        .map_err(|e| e.to_string())?
-        .iter()
-        .any(|n| n == FILE)
-    {
+    if !recorded::holds(dir, FILE)? {
         return Ok(missed);
     }
     let damaged = |reason: String| {

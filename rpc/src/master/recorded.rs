@@ -39,8 +39,7 @@ pub(crate) fn layout(
     has_vectors: bool,
 ) -> Result<ClusterConfig, String> {
     let path = dir.path(FILE);
-    let listed = dir.list().map_err(|e| e.to_string())?;
-    let recorded = if listed.iter().any(|name| name == FILE) {
+    let recorded = if holds(dir, FILE)? {
         let bytes = dir.read(FILE).map_err(|e| e.to_string())?;
         let parsed = std::str::from_utf8(&bytes).ok().and_then(parse);
         Some(parsed.ok_or_else(|| {
@@ -73,6 +72,12 @@ pub(crate) fn layout(
         record(dir, &layout).map_err(|e| e.to_string())?;
     }
     Ok(layout)
+}
+
+/// Whether `dir` holds a file named `name`.
+pub(crate) fn holds(dir: &dyn Directory, name: &str) -> Result<bool, String> {
+    let names = dir.list().map_err(|e| e.to_string())?;
+    Ok(names.iter().any(|n| n == name))
 }
 
 fn check_group(group: u64, placed: u64) -> Result<(), String> {
@@ -164,12 +169,7 @@ pub(crate) struct Move {
 
 /// The move in progress, if `dir` records one.
 pub(crate) fn read_move(dir: &dyn Directory) -> Result<Option<Move>, String> {
-    if !dir
-        .list()
-        .map_err(|e| e.to_string())?
-        .iter()
-        .any(|n| n == MOVE_FILE)
-    {
+    if !holds(dir, MOVE_FILE)? {
         return Ok(None);
     }
     let bytes = dir.read(MOVE_FILE).map_err(|e| e.to_string())?;
