@@ -144,9 +144,11 @@ struct Machine {
 }
 
 struct MachineVecNode {
-  # machine_vec_node (docs/protocol.md §4): vector `vid` held by `machines[machine]`.
+  # machine_vec_node (docs/protocol.md §4): vector `vid` held by `machines[machine]`,
+  # and the `more` vectors after it: the run of vids `vid ..= vid + more`.
   machine @0 :UInt32;
   vid @1 :UInt64;
+  more @2 :UInt32;
 }
 
 struct FailedMachine {
@@ -308,7 +310,8 @@ interface Slave {
 
   gather @6 (terms :List(Data), report :Bool) -> (result :GatherResult, hop :Hop);
   # Fan-out: for each term, the OR of the vectors this slave holds among
-  # the term's vids (u64 little-endian, ascending), one vector per term.
+  # the term's vids, one vector per term. A term's vids are runs, each two
+  # u64 little-endian, `first` and `last`: ascending and disjoint.
   # With `report`, `hop` says what it read and sent, and its time.
 
   update @7 (changes :List(Change)) -> (result :ChangeResult);

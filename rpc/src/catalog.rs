@@ -2,21 +2,23 @@
 //!
 //! A range term costs the number of existing vids in it, never its width,
 //! because the master enumerates terms from this set. It lives in memory as
-//! a `BTreeSet<u64>` and on disk as the engine's [`VidLog`] in the master's
-//! data directory. A delete (docs/protocol.md §8) takes vids out of it,
+//! its runs of consecutive vids (a term of a dense index costs its runs) and
+//! on disk as the engine's [`VidLog`] in the master's data directory. A delete (docs/protocol.md §8) takes vids out of it,
 //! recorded in the same log.
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bitfold_engine::store::{Directory, MmapDirectory, StoreError, VidLog};
 
+use crate::chain::VidRun;
+
 /// The set of existing vids, durable in a [`VidLog`].
 #[derive(Debug)]
 pub struct Catalog {
-    vids: BTreeSet<u64>,
+    vids: Runs,
     /// The master's data directory, locked while the catalog lives.
     dir: Arc<dyn Directory>,
     /// Shared with the blocking thread that appends and syncs.
@@ -36,14 +38,20 @@ impl Catalog {
         let memory = bitfold_engine::store::MemoryDirectory::new();
         let mut catalog = Catalog::with_directory(Arc::new(memory))
             .expect("an empty in-memory directory always opens");
-        catalog.vids.extend(vids);
+        for vid in vids {
+            catalog.vids.insert(vid);
+        }
         catalog
     }
 
     fn with_directory(dir: Arc<dyn Directory>) -> Result<Catalog, StoreError> {
         let (log, vids) = VidLog::with_directory(dir.clone())?;
+        let mut runs = Runs::default();
+        for vid in vids {
+            runs.insert(vid);
+        }
         Ok(Catalog {
-            vids: vids.into_iter().collect(),
+            vids: runs,
             dir,
             log: Arc::new(Mutex::new(log)),
         })
@@ -62,22 +70,28 @@ impl Catalog {
 
     /// Whether vector `vid` exists.
     pub fn contains(&self, vid: u64) -> bool {
-        self.vids.contains(&vid)
+        self.vids.contains(vid)
     }
 
     /// The existing vids in `first..=last`, ascending.
     pub fn range(&self, first: u64, last: u64) -> impl Iterator<Item = u64> + '_ {
-        self.vids.range(first..=last).copied()
+        self.runs(first, last).flat_map(|run| run.vids())
+    }
+
+    /// The existing vids in `first..=last` as runs of consecutive vids,
+    /// ascending, each as long as it can be: O(log n) plus one step per run.
+    pub(crate) fn runs(&self, first: u64, last: u64) -> impl Iterator<Item = VidRun> + '_ {
+        self.vids.clipped(first, last)
     }
 
     /// Number of existing vids.
     pub fn len(&self) -> usize {
-        self.vids.len()
+        self.vids.len
     }
 
     /// Whether no vid exists.
     pub fn is_empty(&self) -> bool {
-        self.vids.is_empty()
+        self.vids.len == 0
     }
 
     /// Records `vids` as existing, durably (synced) before returning; returns
@@ -92,7 +106,7 @@ impl Catalog {
             let catalog = catalog.borrow();
             let new: BTreeSet<u64> = vids
                 .into_iter()
-                .filter(|v| !catalog.vids.contains(v))
+                .filter(|&v| !catalog.vids.contains(v))
                 .collect();
             (new, Arc::clone(&catalog.log))
         };
@@ -106,9 +120,11 @@ impl Catalog {
             Err(join) => std::panic::resume_unwind(join.into_panic()),
         };
         let mut catalog = catalog.borrow_mut();
-        let before = catalog.vids.len();
-        catalog.vids.extend(new);
-        Ok(catalog.vids.len() - before)
+        let before = catalog.vids.len;
+        for vid in new {
+            catalog.vids.insert(vid);
+        }
+        Ok(catalog.vids.len - before)
     }
 }
 
@@ -124,7 +140,7 @@ impl Catalog {
             let catalog = catalog.borrow();
             let gone: BTreeSet<u64> = vids
                 .into_iter()
-                .filter(|v| catalog.vids.contains(v))
+                .filter(|&v| catalog.vids.contains(v))
                 .collect();
             (gone, Arc::clone(&catalog.log))
         };
@@ -138,10 +154,81 @@ impl Catalog {
             Err(join) => std::panic::resume_unwind(join.into_panic()),
         };
         let mut catalog = catalog.borrow_mut();
-        for vid in &gone {
+        for &vid in &gone {
             catalog.vids.remove(vid);
         }
         Ok(gone.len())
+    }
+}
+
+/// A set of vids kept as its maximal runs: `first -> last`, disjoint and
+/// never touching.
+#[derive(Debug, Default)]
+struct Runs {
+    runs: BTreeMap<u64, u64>,
+    /// Vids in all the runs.
+    len: usize,
+}
+
+impl Runs {
+    /// The run holding `vid`, as `(first, last)`.
+    fn holding(&self, vid: u64) -> Option<(u64, u64)> {
+        let (&first, &last) = self.runs.range(..=vid).next_back()?;
+        (last >= vid).then_some((first, last))
+    }
+
+    fn contains(&self, vid: u64) -> bool {
+        self.holding(vid).is_some()
+    }
+
+    /// Adds `vid`; whether it was new.
+    fn insert(&mut self, vid: u64) -> bool {
+        if self.contains(vid) {
+            return false;
+        }
+        let before = vid
+            .checked_sub(1)
+            .and_then(|v| self.holding(v))
+            .map(|(first, _)| first);
+        let after = vid.checked_add(1).and_then(|v| self.runs.remove(&v));
+        let last = after.unwrap_or(vid);
+        match before {
+            Some(first) => self.runs.insert(first, last),
+            None => self.runs.insert(vid, last),
+        };
+        self.len += 1;
+        true
+    }
+
+    /// Takes `vid` out; whether it was there.
+    fn remove(&mut self, vid: u64) -> bool {
+        let Some((first, last)) = self.holding(vid) else {
+            return false;
+        };
+        if first < vid {
+            self.runs.insert(first, vid - 1);
+        } else {
+            self.runs.remove(&first);
+        }
+        if vid < last {
+            self.runs.insert(vid + 1, last);
+        }
+        self.len -= 1;
+        true
+    }
+
+    /// The runs within `first..=last`, cut to it.
+    fn clipped(&self, first: u64, last: u64) -> impl Iterator<Item = VidRun> + '_ {
+        let head = self
+            .holding(first)
+            .filter(|&(start, _)| start < first && first <= last);
+        let rest = (first <= last).then(|| self.runs.range(first..=last));
+        head.into_iter()
+            .chain(rest.into_iter().flatten().map(|(&a, &b)| (a, b)))
+            .map(move |(a, b)| VidRun {
+                first: a.max(first),
+                last: b.min(last),
+            })
     }
 }
 
@@ -199,6 +286,44 @@ mod tests {
         drop(catalog);
         let catalog = Catalog::open(dir.path()).unwrap();
         assert_eq!(catalog.range(0, 9).collect::<Vec<_>>(), [1, 3, 4]);
+    }
+
+    proptest::proptest! {
+        /// Runs hold exactly the vids a `BTreeSet` would, through inserts
+        /// and removes near each other and at both ends of the vids, and
+        /// clip to any range as the set's `range` does.
+        #[test]
+        fn runs_are_the_set_of_their_vids(
+            steps in proptest::collection::vec((proptest::bool::ANY, 0u64..40), 0..120),
+            ranges in proptest::collection::vec((0u64..44, 0u64..44), 1..8),
+        ) {
+            let mut runs = Runs::default();
+            let mut oracle = BTreeSet::new();
+            // Near 0 and near u64::MAX alike.
+            let vid = |v: u64| if v < 20 { v } else { u64::MAX - (v - 20) };
+            for (add, v) in steps {
+                let v = vid(v);
+                if add {
+                    proptest::prop_assert_eq!(runs.insert(v), oracle.insert(v));
+                } else {
+                    proptest::prop_assert_eq!(runs.remove(v), oracle.remove(&v));
+                }
+                proptest::prop_assert_eq!(runs.len, oracle.len());
+            }
+            let maximal = runs
+                .runs
+                .iter()
+                .zip(runs.runs.iter().skip(1))
+                .all(|((_, &last), (&next, _))| last.checked_add(1).is_some_and(|l| l < next));
+            proptest::prop_assert!(maximal, "runs touch: {:?}", runs.runs);
+            for (a, b) in ranges {
+                let (first, last) = (vid(a.min(b)).min(vid(a.max(b))), vid(a.min(b)).max(vid(a.max(b))));
+                let got: Vec<u64> = runs.clipped(first, last).flat_map(|r| r.vids()).collect();
+                let want: Vec<u64> = oracle.range(first..=last).copied().collect();
+                proptest::prop_assert_eq!(got, want);
+                proptest::prop_assert!(runs.clipped(last, first).next().is_none() || first == last);
+            }
+        }
     }
 
     #[test]

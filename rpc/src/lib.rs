@@ -30,6 +30,7 @@ pub mod bitfold_capnp;
 
 mod budget;
 pub mod catalog;
+mod chain;
 pub mod client;
 pub mod cluster;
 #[cfg(feature = "fuzzing")]

@@ -197,11 +197,11 @@ impl Master {
             PlanKind::FanOut => 1,
             PlanKind::Chain => chains
                 .iter()
-                .map(|c| hops(c.iter().map(|&(machine, _)| machine)))
+                .map(|c| hops(c.iter().map(|node| node.machine)))
                 .max()
                 .unwrap_or(0),
         };
-        let machines = |c: &Chain| hops(c.iter().map(|&(machine, _)| machine));
+        let machines = |c: &Chain| hops(c.iter().map(|node| node.machine));
         self.metrics.planned(kind, chains.iter().map(machines));
         let Some(time) = budget.call(levels) else {
             return Ok(Attempt::OutOfTime);
@@ -385,10 +385,8 @@ fn write_chains(
 ) {
     for (i, chain) in chains.iter().enumerate() {
         let mut nodes = lists.reborrow().init(i as u32, chain.len() as u32);
-        for (j, &(machine, vid)) in chain.iter().enumerate() {
-            let mut node = nodes.reborrow().get(j as u32);
-            node.set_machine(machine);
-            node.set_vid(vid);
+        for (j, node) in chain.iter().enumerate() {
+            node.write(nodes.reborrow().get(j as u32));
         }
     }
 }

@@ -1,15 +1,18 @@
 //! Query planning: terms to chains.
 //!
 //! For each term the master lists the existing vids in it (from the
-//! catalog: a term costs its existing vids, never its width), picks one live
-//! owner per vid and sorts the `(machine, vid)` pairs by machine: one chain
-//! per term. A term with no existing vid makes the whole answer empty.
+//! catalog, as runs of consecutive vids: a term costs its runs, never its
+//! width), picks one live owner per vid (per run of vids sharing their
+//! owners, unless an owner lacks some of them) and sorts the nodes, each a
+//! run of vids on one machine, by machine: one chain per term. A term with
+//! no existing vid makes the whole answer empty.
 
 use std::fmt;
 use std::str::FromStr;
 
 use crate::bitfold_capnp::PlanKind;
 use crate::catalog::Catalog;
+use crate::chain::{self, Node, VidRun};
 use crate::placement::Placement;
 use crate::query::Term;
 
@@ -102,7 +105,7 @@ pub(crate) const FAN_OUT_MAX_REPLIES: usize = 64;
 /// as many (one more when the coordinator holds none of the term), a
 /// fan-out sends one per machine other than the coordinator.
 fn transfers(chain: &Chain, coordinator: u32) -> (usize, usize) {
-    let mut machines: Vec<u32> = chain.iter().map(|&(m, _)| m).collect();
+    let mut machines: Vec<u32> = chain.iter().map(|node| node.machine).collect();
     machines.dedup();
     let m = machines.len();
     let here = usize::from(machines.contains(&coordinator));
@@ -134,8 +137,9 @@ pub(crate) fn gathering(choice: PlanChoice, chains: &[Chain], coordinator: u32) 
     }
 }
 
-/// One chain: `(machine, vid)` pairs sorted by machine (then vid).
-pub(crate) type Chain = Vec<(u32, u64)>;
+/// One chain: nodes, each a run of vids on one machine, sorted by machine
+/// (then vid).
+pub(crate) type Chain = Vec<Node>;
 
 /// What a range query needs.
 #[derive(Debug, PartialEq, Eq)]
@@ -160,58 +164,68 @@ pub(crate) struct PlanShape {
     pub(crate) most: usize,
 }
 
-/// The existing vids of `term`, ascending, each once (its spans may overlap).
-fn vids_of<'c>(catalog: &'c Catalog, term: &Term) -> impl Iterator<Item = u64> + 'c {
+/// The existing vids of `term` as runs, ascending, each vid once (its
+/// spans may overlap).
+fn runs_of<'c>(catalog: &'c Catalog, term: &Term) -> impl Iterator<Item = VidRun> + 'c {
     term.merged()
         .into_iter()
-        .flat_map(move |span| catalog.range(span.first, span.last))
+        .flat_map(move |span| catalog.runs(span.first, span.last))
 }
 
-/// Plans `terms` over `catalog`; `usable(i, vid)` says whether slave `i`
-/// may serve vector `vid` (it is live and holds it).
+/// Plans `terms` over `catalog`; `usable(i, run)` says whether slave `i`
+/// may serve every vector of `run` (it is live and holds them all).
 pub(crate) fn plan(
     terms: &[Term],
     catalog: &Catalog,
     shape: PlanShape,
-    usable: impl Fn(usize, u64) -> bool,
+    usable: impl Fn(usize, VidRun) -> bool,
 ) -> Plan {
-    if terms.iter().any(|t| vids_of(catalog, t).next().is_none()) {
+    if terms.iter().any(|t| runs_of(catalog, t).next().is_none()) {
         return Plan::Empty;
     }
-    let mut named = 0;
+    let placement = shape.placement;
+    let mut named = 0u64;
     let mut chains = Vec::with_capacity(terms.len());
     let mut orphans = 0;
     let mut down = Vec::new();
-    // Consecutive vids mostly share a group and a read block: the owners
-    // and the preferred reader are worked out once per run of them, and a
-    // vid asks only whether that reader may serve it.
-    let placement = shape.placement;
-    let mut run: Option<std::ops::RangeInclusive<u64>> = None;
-    let mut owners = Vec::new();
-    let mut preferred = None;
     for term in terms {
         let mut chain = Chain::new();
-        for vid in vids_of(catalog, term).take(shape.most + 1 - named) {
-            named += 1;
-            if !run.as_ref().is_some_and(|run| run.contains(&vid)) {
-                run = Some(placement.read_run(vid));
-                owners = placement.owners(vid);
-                preferred = placement.preferred(&owners, vid);
-            }
-            let reader = match preferred {
-                Some(reader) if usable(reader, vid) => Some(reader),
-                _ => placement.reader_among(&owners, vid, |i| usable(i, vid)),
-            };
-            match reader {
-                Some(owner) => chain.push((owner as u32, vid)),
-                None => {
-                    orphans += 1;
-                    down.extend_from_slice(&owners);
+        for run in runs_of(catalog, term) {
+            // A run is cut where the owners or the preferred reader change
+            // (a group or a read block ends); each piece goes to its
+            // preferred reader whole when that may serve it all, else vid
+            // by vid to whichever owner may.
+            let mut first = run.first;
+            loop {
+                let last = (*placement.read_run(first).end()).min(run.last);
+                let piece = VidRun { first, last };
+                named += piece.len();
+                if named > shape.most as u64 {
+                    return Plan::TooMany { most: shape.most };
                 }
+                let owners = placement.owners(first);
+                match placement.preferred(&owners, first) {
+                    Some(reader) if usable(reader, piece) => {
+                        chain::push(&mut chain, reader as u32, piece);
+                    }
+                    _ => {
+                        for vid in piece.vids() {
+                            let one = VidRun::one(vid);
+                            match placement.reader_among(&owners, vid, |i| usable(i, one)) {
+                                Some(owner) => chain::push(&mut chain, owner as u32, one),
+                                None => {
+                                    orphans += 1;
+                                    down.extend_from_slice(&owners);
+                                }
+                            }
+                        }
+                    }
+                }
+                if last == run.last {
+                    break;
+                }
+                first = last + 1;
             }
-        }
-        if named > shape.most {
-            return Plan::TooMany { most: shape.most };
         }
         chains.push(by_machine(chain));
     }
@@ -226,15 +240,12 @@ pub(crate) fn plan(
     Plan::Chains(chains)
 }
 
-/// `chain`, whose vids ascend, sorted by machine (then vid). A chain is
-/// made of runs of one machine (a group's vids share their reader): the
-/// runs are sorted, stably, not the nodes, where a comparison sort of a
-/// wide term's thousands of nodes was a tenth of a query's CPU.
-fn by_machine(chain: Chain) -> Chain {
-    debug_assert!(chain.windows(2).all(|w| w[0].1 < w[1].1));
-    let mut runs: Vec<&[(u32, u64)]> = chain.chunk_by(|a, b| a.0 == b.0).collect();
-    runs.sort_by_key(|run| run[0].0);
-    runs.concat()
+/// `chain`, whose vids ascend, sorted by machine (then vid): a stable sort
+/// of its nodes, each already a run of one machine's vids.
+fn by_machine(mut chain: Chain) -> Chain {
+    debug_assert!(chain.windows(2).all(|w| w[0].run.last < w[1].run.first));
+    chain.sort_by_key(|node| node.machine);
+    chain
 }
 
 /// Rotates `chain` (sorted by machine) to start at the first machine from
@@ -243,7 +254,7 @@ fn by_machine(chain: Chain) -> Chain {
 /// folds them first, locally, instead of calling the chain's head and
 /// receiving the term's vector back through one more hop.
 pub(crate) fn start_at(chain: &mut Chain, coordinator: u32) {
-    let before = chain.partition_point(|&(machine, _)| machine < coordinator);
+    let before = chain.partition_point(|node| node.machine < coordinator);
     chain.rotate_left(before);
 }
 
@@ -262,10 +273,9 @@ pub(crate) fn coordinator(
         CoordinatorPolicy::RoundRobin => {
             // A coordinator holding none of the query's vectors would only
             // add a hop to every chain: take turns among those that hold some.
-            // Each chain is sorted by machine: one look per run of nodes.
             let mut holding: Vec<u32> = chains
                 .iter()
-                .flat_map(|chain| chain.chunk_by(|a, b| a.0 == b.0).map(|run| run[0].0))
+                .flat_map(|chain| chain.iter().map(|node| node.machine))
                 .collect();
             holding.sort_unstable();
             holding.dedup();
@@ -282,8 +292,8 @@ pub(crate) fn coordinator(
         CoordinatorPolicy::Random => live[rand::random_range(0..live.len())],
         CoordinatorPolicy::Bandwidth => {
             let mut held = std::collections::HashMap::new();
-            for &(machine, _) in chains.iter().flatten() {
-                *held.entry(machine as usize).or_insert(0usize) += 1;
+            for node in chains.iter().flatten() {
+                *held.entry(node.machine as usize).or_insert(0u64) += node.run.len();
             }
             // Most vectors held; the lower index on a tie.
             *live
@@ -314,6 +324,25 @@ mod tests {
         }
     }
 
+    /// A chain's `(machine, vid)` pairs, in chain order.
+    fn pairs(chain: &Chain) -> Vec<(u32, u64)> {
+        chain
+            .iter()
+            .flat_map(|node| node.run.vids().map(move |vid| (node.machine, vid)))
+            .collect()
+    }
+
+    /// A chain of one-vid nodes.
+    fn nodes(pairs: &[(u32, u64)]) -> Chain {
+        pairs
+            .iter()
+            .map(|&(machine, vid)| Node {
+                machine,
+                run: VidRun::one(vid),
+            })
+            .collect()
+    }
+
     fn shape(slaves: usize, replicas: usize) -> PlanShape {
         PlanShape {
             placement: Placement {
@@ -337,6 +366,7 @@ mod tests {
         ) else {
             panic!("a plan with chains")
         };
+        let chains: Vec<Vec<(u32, u64)>> = chains.iter().map(pairs).collect();
         assert_eq!(chains[0].len(), 41);
         assert_eq!(chains[1].len(), 5);
         for chain in &chains {
@@ -369,8 +399,9 @@ mod tests {
         else {
             panic!("replicas cover one down slave")
         };
-        assert!(chains[0].iter().all(|&(m, _)| m != 1));
-        assert_eq!(chains[0].len(), 30);
+        let chain = pairs(&chains[0]);
+        assert!(chain.iter().all(|&(m, _)| m != 1));
+        assert_eq!(chain.len(), 30);
         match plan(&[term(0, 29)], &catalog, shape(3, 1), |s, _| s != 1) {
             Plan::NoOwner { vectors, down } => {
                 let on_1 = vids
@@ -387,20 +418,17 @@ mod tests {
     fn an_owner_lacking_a_vector_is_not_asked_for_it() {
         let vids: Vec<u64> = (0..30).collect();
         let catalog = catalog(&vids);
-        let lacking = |s: usize, v: u64| !(s == 0 && v.is_multiple_of(2));
+        let lacking = |s: usize, run: VidRun| !(s == 0 && run.vids().any(|v| v.is_multiple_of(2)));
         let Plan::Chains(chains) = plan(&[term(0, 29)], &catalog, shape(3, 2), lacking) else {
             panic!("the other owner serves what slave 0 lacks")
         };
+        let chain = pairs(&chains[0]);
+        assert!(chain.iter().all(|&(m, v)| m != 0 || !v.is_multiple_of(2)));
         assert!(
-            chains[0]
-                .iter()
-                .all(|&(m, v)| m != 0 || !v.is_multiple_of(2))
-        );
-        assert!(
-            chains[0].iter().any(|&(m, _)| m == 0),
+            chain.iter().any(|&(m, _)| m == 0),
             "slave 0 serves the rest"
         );
-        assert_eq!(chains[0].len(), 30);
+        assert_eq!(chain.len(), 30);
     }
 
     #[test]
@@ -417,17 +445,52 @@ mod tests {
             most: 1000,
         };
         let up = |s: usize, v: u64| s != 2 && !(s == 4 && v.is_multiple_of(5));
+        let usable = |s: usize, run: VidRun| run.vids().all(|v| up(s, v));
         let terms = [term(0, 120), term(100, 299)];
-        let Plan::Chains(chains) = plan(&terms, &catalog, shape, up) else {
+        let Plan::Chains(chains) = plan(&terms, &catalog, shape, usable) else {
             panic!("replicas cover one down slave")
         };
         for (chain, t) in chains.iter().zip(&terms) {
-            let mut expected: Vec<(u32, u64)> = vids_of(&catalog, t)
+            let mut expected: Vec<(u32, u64)> = runs_of(&catalog, t)
+                .flat_map(|run| run.vids())
                 .map(|v| (placement.reader(v, |s| up(s, v)).unwrap() as u32, v))
                 .collect();
             expected.sort_unstable();
-            assert_eq!(chain, &expected);
+            assert_eq!(pairs(chain), expected);
+            let merged = chain
+                .windows(2)
+                .all(|w| w[0].machine != w[1].machine || w[0].run.last + 1 < w[1].run.first);
+            assert!(
+                merged,
+                "a machine's consecutive vids share one node: {chain:?}"
+            );
         }
+    }
+
+    #[test]
+    fn a_dense_wide_term_costs_its_groups_not_its_vids() {
+        let catalog = catalog(&(0..10_000).collect::<Vec<u64>>());
+        let placement = Placement {
+            slaves: 4,
+            replicas: 1,
+            group: 64,
+        };
+        let shape = PlanShape {
+            placement,
+            most: 1 << 20,
+        };
+        let Plan::Chains(chains) = plan(&[term(3, 4098)], &catalog, shape, |_, _| true) else {
+            panic!("a plan with chains")
+        };
+        // 4,096 vids over 65 groups: at most one node per group.
+        assert!(chains[0].len() <= 65, "{} nodes", chains[0].len());
+        let chain = pairs(&chains[0]);
+        assert_eq!(chain.len(), 4096);
+        assert!(
+            chain
+                .iter()
+                .all(|&(m, v)| m as usize == placement.owners(v)[0])
+        );
     }
 
     #[test]
@@ -452,27 +515,29 @@ mod tests {
 
     #[test]
     fn chains_start_at_the_coordinator_and_wrap_around() {
-        let sorted: Chain = vec![(0, 4), (0, 9), (1, 2), (3, 1), (3, 7)];
+        let sorted = [(0, 4), (0, 9), (1, 2), (3, 1), (3, 7)];
         let rotated = |coordinator| {
-            let mut chain = sorted.clone();
+            let mut chain = nodes(&sorted);
             start_at(&mut chain, coordinator);
-            chain
+            pairs(&chain)
         };
         assert_eq!(rotated(0), sorted);
-        assert_eq!(rotated(1), vec![(1, 2), (3, 1), (3, 7), (0, 4), (0, 9)]);
+        assert_eq!(rotated(1), [(1, 2), (3, 1), (3, 7), (0, 4), (0, 9)]);
         // A coordinator without vectors of the term: the next machine holding some.
-        assert_eq!(rotated(2), vec![(3, 1), (3, 7), (0, 4), (0, 9), (1, 2)]);
+        assert_eq!(rotated(2), [(3, 1), (3, 7), (0, 4), (0, 9), (1, 2)]);
         assert_eq!(rotated(4), sorted);
     }
 
     #[test]
     fn auto_fans_out_unless_the_coordinator_would_get_too_much() {
-        let chains = vec![vec![(0, 1), (1, 2), (2, 3)], vec![(1, 4), (3, 5)]];
+        let chains = vec![nodes(&[(0, 1), (1, 2), (2, 3)]), nodes(&[(1, 4), (3, 5)])];
         assert_eq!(transfers(&chains[0], 0), (4, 2));
         assert_eq!(transfers(&chains[1], 0), (3, 2));
         assert_eq!(gathering(PlanChoice::Auto, &chains, 0), PlanKind::FanOut);
         assert_eq!(gathering(PlanChoice::Chain, &chains, 0), PlanKind::Chain);
-        let wide: Vec<Chain> = vec![(0..100).map(|m| (m, u64::from(m))).collect()];
+        let wide: Vec<Chain> = vec![nodes(
+            &(0..100).map(|m| (m, u64::from(m))).collect::<Vec<_>>(),
+        )];
         assert_eq!(gathering(PlanChoice::Auto, &wide, 0), PlanKind::Chain);
         assert_eq!(gathering(PlanChoice::FanOut, &wide, 0), PlanKind::FanOut);
         assert_eq!("fan-out".parse(), Ok(PlanChoice::FanOut));
@@ -482,7 +547,7 @@ mod tests {
 
     #[test]
     fn coordinator_policies() {
-        let chains = vec![vec![(2, 1), (2, 2), (3, 3)], vec![(0, 4), (2, 5)]];
+        let chains = vec![nodes(&[(2, 1), (2, 2), (3, 3)]), nodes(&[(0, 4), (2, 5)])];
         let live = [0, 2, 3];
         assert_eq!(
             coordinator(CoordinatorPolicy::Bandwidth, &chains, &live, 0),
@@ -504,7 +569,7 @@ mod tests {
             turns,
             vec![Some(0), Some(2), Some(3), Some(0), Some(2), Some(3)]
         );
-        let elsewhere = vec![vec![(1, 7)]];
+        let elsewhere = vec![nodes(&[(1, 7)])];
         assert_eq!(
             coordinator(CoordinatorPolicy::RoundRobin, &elsewhere, &[0, 2], 5),
             Some(2),

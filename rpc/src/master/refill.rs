@@ -17,6 +17,8 @@
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
+use crate::chain::VidRun;
+
 use super::copy::CopyError;
 use super::{Master, missed};
 
@@ -103,15 +105,16 @@ impl Master {
 
     /// Whether slave `index` may serve vector `vid`: it is up and holds it.
     pub(super) fn serves(&self, index: usize, vid: u64) -> bool {
-        self.serving()(index, vid)
+        self.serving()(index, VidRun::one(vid))
     }
 
-    /// [`Master::serves`] for many questions in a row (a plan asks one per
-    /// vid): the slaves' states are borrowed once, not per question.
-    pub(super) fn serving(&self) -> impl Fn(usize, u64) -> bool + '_ {
+    /// Whether slave `index` may serve every vector of a run, for many
+    /// questions in a row (a plan asks one per run of vids): the slaves'
+    /// states are borrowed once, not per question.
+    pub(super) fn serving(&self) -> impl Fn(usize, VidRun) -> bool + '_ {
         let slaves = self.slaves.borrow();
         let lacking = self.lacking.borrow();
-        move |index, vid| slaves[index].up && !lacking[index].contains(&vid)
+        move |index, run| slaves[index].up && lacking[index].range(run.vids()).next().is_none()
     }
 
     /// Copies up to [`REFILL_BATCH`] of the vectors slave `index` lacks from

@@ -8,6 +8,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::bitfold_capnp::HopKind;
+use crate::chain::Node;
 use crate::client::ErrorKind;
 use crate::hop::Hop;
 use crate::metrics::{MasterMetrics, QueryKind, outcome_label};
@@ -161,13 +162,13 @@ impl Trace {
 }
 
 /// Names the machine runs of a chain: `s0 (3 vids) -> s2 (1 vid)`.
-pub(super) fn describe_chain(chain: &[(u32, u64)], name: impl Fn(usize) -> String) -> String {
+pub(super) fn describe_chain(chain: &[Node], name: impl Fn(usize) -> String) -> String {
     chain
-        .chunk_by(|a, b| a.0 == b.0)
+        .chunk_by(|a, b| a.machine == b.machine)
         .map(|run| {
-            let vids = run.len();
+            let vids: u64 = run.iter().map(|node| node.run.len()).sum();
             let plural = if vids == 1 { "" } else { "s" };
-            format!("{} ({vids} vid{plural})", name(run[0].0 as usize))
+            format!("{} ({vids} vid{plural})", name(run[0].machine as usize))
         })
         .collect::<Vec<_>>()
         .join(" -> ")
@@ -210,7 +211,16 @@ mod tests {
 
     #[test]
     fn a_chain_is_named_by_its_runs_of_machines() {
-        let chain = [(0, 10), (0, 11), (0, 12), (2, 13), (0, 14)];
+        let node = |machine, first, last| Node {
+            machine,
+            run: crate::chain::VidRun { first, last },
+        };
+        let chain = [
+            node(0, 10, 11),
+            node(0, 12, 12),
+            node(2, 13, 13),
+            node(0, 14, 14),
+        ];
         let text = describe_chain(&chain, |i| format!("s{i}"));
         assert_eq!(text, "s0 (3 vids) -> s2 (1 vid) -> s0 (1 vid)");
     }

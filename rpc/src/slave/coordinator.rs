@@ -17,6 +17,7 @@ use capnp::message::{Builder, HeapAllocator};
 
 use crate::bitfold_capnp::{HopKind, PlanKind, Want, query_return_value, slave};
 use crate::budget::Budget;
+use crate::chain::Node;
 use crate::hop::{self, Hop};
 use crate::wire::{self, PartList, WirePart};
 
@@ -182,13 +183,8 @@ pub(crate) async fn coordinate(
     if params.get_plan()? == PlanKind::FanOut {
         let chains = chains
             .iter()
-            .map(|nodes| {
-                Ok(nodes?
-                    .iter()
-                    .map(|n| (n.get_machine(), n.get_vid()))
-                    .collect())
-            })
-            .collect::<capnp::Result<Vec<Vec<(u32, u64)>>>>()?;
+            .map(|nodes| nodes?.iter().map(Node::read).collect())
+            .collect::<capnp::Result<Vec<Vec<Node>>>>()?;
         let gathering = Gathering {
             you,
             want,
@@ -246,7 +242,7 @@ struct And {
 async fn fan_out(
     slave: &Slave,
     machines: Machines<'_>,
-    chains: &[Vec<(u32, u64)>],
+    chains: &[Vec<Node>],
     how: Gathering,
     mut results: slave::CoordinateResults,
 ) -> capnp::Result<()> {

@@ -16,31 +16,33 @@ use capnp::capability::{Promise, Response};
 
 use crate::bitfold_capnp::{HopKind, gather_result, slave};
 use crate::budget::Budget;
+use crate::chain::{self, Node, VidRun};
 use crate::hop::Hop;
 use crate::wire::{self, WirePart};
 
 use super::Slave;
 use super::handler::{EndTarget, FailedMachine, Machines};
 
-/// The vids of each term on one machine: `vids[t]` for term `t`, ascending.
-type TermVids = Vec<Vec<u64>>;
+/// The vids of each term on one machine: `runs[t]` for term `t`, ascending
+/// and disjoint runs.
+type TermRuns = Vec<Vec<VidRun>>;
 
-/// Groups the chains' nodes by machine: for each machine, its vids of each term.
-fn by_machine(chains: &[Vec<(u32, u64)>]) -> BTreeMap<u32, TermVids> {
-    let mut machines: BTreeMap<u32, TermVids> = BTreeMap::new();
+/// Groups the chains' nodes by machine: for each machine, its runs of vids
+/// of each term.
+fn by_machine(chains: &[Vec<Node>]) -> BTreeMap<u32, TermRuns> {
+    let mut machines: BTreeMap<u32, TermRuns> = BTreeMap::new();
     for (term, chain) in chains.iter().enumerate() {
-        // A chain comes sorted by machine: one map lookup per machine's run.
-        for run in chain.chunk_by(|a, b| a.0 == b.0) {
+        // A chain comes sorted by machine: one map lookup per machine's nodes.
+        for nodes in chain.chunk_by(|a, b| a.machine == b.machine) {
             machines
-                .entry(run[0].0)
+                .entry(nodes[0].machine)
                 .or_insert_with(|| vec![Vec::new(); chains.len()])[term]
-                .extend(run.iter().map(|&(_, vid)| vid));
+                .extend(nodes.iter().map(|node| node.run));
         }
     }
     for terms in machines.values_mut() {
-        for vids in terms {
-            vids.sort_unstable();
-            vids.dedup();
+        for runs in terms {
+            *runs = chain::merged(std::mem::take(runs));
         }
     }
     machines
@@ -62,16 +64,16 @@ pub(crate) fn gather(
     let mut inputs = Vec::with_capacity(terms.len() as usize);
     let (mut vids_read, mut read) = (0, 0);
     for term in terms.iter() {
-        let vids = wire::vids(term?)?;
-        let mut parts = Vec::with_capacity(vids.len());
-        match slave.stored_parts(&snapshot, vids.iter().copied(), &mut parts) {
+        let runs = chain::read_runs(term?)?;
+        let mut parts = Vec::new();
+        match slave.stored_parts(&snapshot, &runs, &mut parts)? {
             Ok(bytes) => read += bytes,
             Err(vid) => {
                 results.get().init_result().set_missing(vid);
                 return Ok(());
             }
         }
-        vids_read += vids.len() as u64;
+        vids_read += runs.iter().map(VidRun::len).sum::<u64>();
         inputs.push(parts);
     }
     let mut sent = 0;
@@ -104,7 +106,7 @@ async fn ask(
     slave: &Slave,
     machines: Machines<'_>,
     machine: u32,
-    vids: &TermVids,
+    runs: &TermRuns,
     budget: Budget,
     report: bool,
 ) -> capnp::Result<Gathered> {
@@ -122,9 +124,9 @@ async fn ask(
         .call(&addr, time.wait, |client| {
             let mut request = client.gather_request();
             request.get().set_report(report);
-            let mut terms = request.get().init_terms(vids.len() as u32);
-            for (i, term) in vids.iter().enumerate() {
-                terms.set(i as u32, bytemuck::cast_slice(term));
+            let mut terms = request.get().init_terms(runs.len() as u32);
+            for (i, term) in runs.iter().enumerate() {
+                terms.set(i as u32, bytemuck::cast_slice(&chain::runs_bytes(term)));
             }
             Promise::from_future(request.send().promise)
         })
@@ -134,7 +136,7 @@ async fn ask(
         Err(reason) => return fail(reason),
     };
     let missing = match response.get()?.get_result()?.which()? {
-        gather_result::Terms(terms) => (terms?.len() as usize != vids.len())
+        gather_result::Terms(terms) => (terms?.len() as usize != runs.len())
             .then(|| "it answered the wrong number of terms".to_string()),
         gather_result::Missing(vid) => Some(format!(
             "it does not hold vector {vid}, which the catalog lists"
@@ -154,7 +156,7 @@ pub(crate) async fn term_vectors(
     slave: &Slave,
     machines: Machines<'_>,
     you: u32,
-    chains: &[Vec<(u32, u64)>],
+    chains: &[Vec<Node>],
     budget: Budget,
     ends: &mut [&mut dyn EndTarget],
     mut hops: Option<&mut Vec<Hop>>,
@@ -164,8 +166,8 @@ pub(crate) async fn term_vectors(
     let asked: Vec<_> = by_machine
         .iter()
         .filter(|&(&machine, _)| machine != you)
-        .map(|(&machine, vids)| async move {
-            let answer = ask(slave, machines, machine, vids, budget, report).await;
+        .map(|(&machine, runs)| async move {
+            let answer = ask(slave, machines, machine, runs, budget, report).await;
             (machine, answer)
         })
         .collect();
@@ -175,16 +177,16 @@ pub(crate) async fn term_vectors(
     let mut own: Vec<Vec<VectorPart<'_>>> = vec![Vec::new(); chains.len()];
     let mut failures = Vec::new();
     let (mut own_vids, mut own_read) = (0, 0);
-    if let Some(vids) = by_machine.get(&you) {
-        for (term, vids) in vids.iter().enumerate() {
-            match slave.stored_parts(&snapshot, vids.iter().copied(), &mut own[term]) {
+    if let Some(runs) = by_machine.get(&you) {
+        for (term, runs) in runs.iter().enumerate() {
+            match slave.stored_parts(&snapshot, runs, &mut own[term])? {
                 Ok(bytes) => own_read += bytes,
                 Err(vid) => {
                     let reason = format!("it does not hold vector {vid}, which the catalog lists");
                     failures.push(FailedMachine::at(machines, you, reason)?);
                 }
             }
-            own_vids += vids.len() as u64;
+            own_vids += runs.iter().map(VidRun::len).sum::<u64>();
         }
     }
     let mut responses = Vec::new();
@@ -238,10 +240,21 @@ mod tests {
 
     #[test]
     fn nodes_are_grouped_by_machine_and_term() {
-        let chains = vec![vec![(0, 4), (2, 9), (2, 1)], vec![(2, 5), (1, 3)]];
+        let node = |machine, first, last| Node {
+            machine,
+            run: VidRun { first, last },
+        };
+        let run = |first, last| VidRun { first, last };
+        let chains = vec![
+            vec![node(0, 4, 4), node(2, 9, 12), node(2, 1, 1), node(2, 2, 3)],
+            vec![node(2, 5, 5), node(1, 3, 3)],
+        ];
         let grouped = by_machine(&chains);
-        assert_eq!(grouped[&0], vec![vec![4], vec![]]);
-        assert_eq!(grouped[&1], vec![vec![], vec![3]]);
-        assert_eq!(grouped[&2], vec![vec![1, 9], vec![5]]);
+        assert_eq!(grouped[&0], vec![vec![run(4, 4)], vec![]]);
+        assert_eq!(grouped[&1], vec![vec![], vec![run(3, 3)]]);
+        assert_eq!(
+            grouped[&2],
+            vec![vec![run(1, 3), run(9, 12)], vec![run(5, 5)]]
+        );
     }
 }

@@ -1,8 +1,8 @@
 //! The handler: one hop of a term's chain.
 //!
-//! The chain is a list of `MachineVecNode`s sorted by machine; the receiver
-//! is the machine of the first node. It ORs the vectors of its leading run
-//! of nodes (every part the snapshot holds for them, read from the mmap) and
+//! The chain is a list of `MachineVecNode`s, each a run of vids, sorted by
+//! machine; the receiver is the machine of the first node. It ORs the
+//! vectors of its leading nodes (every part the snapshot holds for them, read from the mmap) and
 //! the incoming partial result (read in place from the request) with a
 //! planned union, filled straight into the `partial` field of the request
 //! to the next machine, or into its own reply when the chain ends here. The
@@ -18,6 +18,7 @@ use capnp::capability::{Promise, Response};
 
 use crate::bitfold_capnp::{HopKind, machine, machine_vec_node, part, slave};
 use crate::budget::{Budget, hops, micros};
+use crate::chain::{Node, VidRun};
 use crate::hop::{self, Hop};
 use crate::wire;
 
@@ -123,11 +124,15 @@ pub(crate) async fn handle_hop(
         return Err(wire::failed("a handler was sent an empty chain"));
     }
     let here = nodes.get(0).get_machine();
-    let run = nodes.iter().take_while(|n| n.get_machine() == here).count() as u32;
+    let mut runs = Vec::new();
+    for node in nodes.iter().take_while(|n| n.get_machine() == here) {
+        runs.push(Node::read(node)?.run);
+    }
+    let run = runs.len() as u32;
+    let vids: u64 = runs.iter().map(VidRun::len).sum();
     let snapshot = slave.store.snapshot();
     let mut inputs: Vec<VectorPart<'_>> = partial.to_vec();
-    let vids = nodes.iter().take(run as usize).map(|n| n.get_vid());
-    let read = match slave.stored_parts(&snapshot, vids, &mut inputs) {
+    let read = match slave.stored_parts(&snapshot, &runs, &mut inputs)? {
         Ok(read) => read,
         Err(vid) => {
             let reason = format!("it does not hold vector {vid}, which the catalog lists");
@@ -139,13 +144,12 @@ pub(crate) async fn handle_hop(
     let sent = Cell::new(None);
     // Counts what the union left unread of the stored parts (after the
     // partial result's), and reports the hop.
-    let report_sent =
-        |(unread, bytes): (Unread, u64)| {
-            let read = slave.unread(read, unread.bytes(partial.len()..inputs.len()));
-            sent.set(report.map(|began| {
-                Hop::ending_now(here, HopKind::Handle, began, run.into(), read, bytes)
-            }));
-        };
+    let report_sent = |(unread, bytes): (Unread, u64)| {
+        let read = slave.unread(read, unread.bytes(partial.len()..inputs.len()));
+        sent.set(
+            report.map(|began| Hop::ending_now(here, HopKind::Handle, began, vids, read, bytes)),
+        );
+    };
     if run == nodes.len() {
         report_sent(wire::write_compact(|n| end.init_vector(n), &plan, &inputs));
         return Ok((Step::Ended, sent.get()));
@@ -204,6 +208,7 @@ pub(crate) async fn forward(
                     let mut copy = chain.reborrow().get(i as u32);
                     copy.set_machine(node.get_machine());
                     copy.set_vid(node.get_vid());
+                    copy.set_more(node.get_more());
                 }
                 params.set_budget_micros(micros(time.grant));
                 params.set_report(report);

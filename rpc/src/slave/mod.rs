@@ -30,6 +30,7 @@ use bitfold_engine::{ContainerRef, VectorBuf, VectorPart};
 
 use crate::bitfold_capnp::{Want, change, slave, vid_vector};
 use crate::budget::{self, Budget};
+use crate::chain::{self, VidRun};
 use crate::metrics::{self, SlaveMetrics};
 use crate::net::{self, Pool};
 use crate::tls::Tls;
@@ -165,7 +166,8 @@ impl slave::Server for Slave {
             let params = params.get()?;
             let snapshot = self.store.snapshot();
             let mut parts = Vec::new();
-            let found = self.stored_parts(&snapshot, [params.get_vid()], &mut parts);
+            let one = [VidRun::one(params.get_vid())];
+            let found = self.stored_parts(&snapshot, &one, &mut parts)?;
             let result = results.get().init_result();
             let Ok(read) = found else {
                 let mut result = result;
@@ -297,27 +299,26 @@ impl slave::Server for Slave {
 }
 
 impl Slave {
-    /// Appends to `out` parts whose union is the union of the vectors
-    /// `vids` (in any order, repeats allowed) as `snapshot` holds them:
+    /// Appends to `out` parts whose union is the union of the vectors of
+    /// `runs` (in any order, overlaps allowed) as `snapshot` holds them:
     /// range aggregates where they cover a block, single vectors elsewhere.
     /// Counts the bytes read and returns them; fails with the first vid it
-    /// holds no part of.
+    /// holds no part of, and refuses runs of more than
+    /// [`chain::MAX_HOP_VIDS`] vids in all.
     pub(crate) fn stored_parts<'s>(
         &self,
         snapshot: &'s Snapshot,
-        vids: impl IntoIterator<Item = u64>,
+        runs: &[VidRun],
         out: &mut Vec<VectorPart<'s>>,
-    ) -> Result<u64, u64> {
-        let mut vids: Vec<u64> = vids.into_iter().collect();
-        vids.sort_unstable();
-        vids.dedup();
+    ) -> capnp::Result<Result<u64, u64>> {
+        let vids = chain::expand(runs, "a hop")?;
         if let Some(missing) = snapshot.first_missing(&vids) {
-            return Err(missing);
+            return Ok(Err(missing));
         }
         let cover = snapshot.cover(&vids);
         self.read.set(self.read.get() + cover.stats.bytes);
         out.extend(cover.parts);
-        Ok(cover.stats.bytes)
+        Ok(Ok(cover.stats.bytes))
     }
 
     /// Takes back from the bytes read `bytes` that [`Slave::stored_parts`]
