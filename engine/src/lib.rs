@@ -31,4 +31,4 @@ pub use vector::{
     PushError, SPARSE_MAX, VectorBuf, VectorPart,
 };
 
-pub use store::{ImportStats, Snapshot, Store, StoreError, Update, UpdateStats};
+pub use store::{ImportStats, Snapshot, Store, StoreError, Update, UpdateStats, VidRun};

@@ -1,35 +1,11 @@
 //! Chains as the master writes them and the slaves read them: each node
 //! names a run of consecutive vids on one machine, so a wide term costs the
-//! master, the coordinator and the wire its runs, not its vids.
+//! master, the coordinator, the wire and the slaves' covers its runs, not
+//! its vids.
+
+pub(crate) use bitfold_engine::VidRun;
 
 use crate::bitfold_capnp::machine_vec_node;
-
-/// The vids `first..=last` (`first <= last`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct VidRun {
-    pub(crate) first: u64,
-    pub(crate) last: u64,
-}
-
-impl VidRun {
-    /// The run of the one vid `vid`.
-    pub(crate) fn one(vid: u64) -> VidRun {
-        VidRun {
-            first: vid,
-            last: vid,
-        }
-    }
-
-    /// How many vids it names (`u64::MAX` for all 2^64 of them).
-    pub(crate) fn len(&self) -> u64 {
-        (self.last - self.first).saturating_add(1)
-    }
-
-    /// Its vids, ascending.
-    pub(crate) fn vids(&self) -> std::ops::RangeInclusive<u64> {
-        self.first..=self.last
-    }
-}
 
 /// A node of a chain: the vids of `run`, read from machine `machine` (an
 /// index into the chain's machine table).
@@ -41,11 +17,6 @@ pub(crate) struct Node {
 
 /// The most vids one node names: its `more` is a `UInt32`.
 const NODE_MAX_VIDS: u64 = u32::MAX as u64 + 1;
-
-/// The most vids one `handle` hop or one term of a `gather` names in all
-/// (docs/protocol.md §7, Limits): the master's default bound on the vids of
-/// a query. A slave expands a hop's runs into this many vids at most.
-pub(crate) const MAX_HOP_VIDS: u64 = 1 << 24;
 
 impl Node {
     /// Reads a node, refusing a run that passes `u64::MAX`.
@@ -93,25 +64,11 @@ pub(crate) fn push(chain: &mut Vec<Node>, machine: u32, run: VidRun) {
     chain.push(Node { machine, run });
 }
 
-/// The vids of `runs`, ascending and each once, refusing more than
-/// [`MAX_HOP_VIDS`] in all (`what` names the list in that error).
-pub(crate) fn expand(runs: &[VidRun], what: &str) -> capnp::Result<Vec<u64>> {
-    let named = runs
-        .iter()
-        .try_fold(0u64, |sum, run| sum.checked_add(run.len()))
-        .filter(|&n| n <= MAX_HOP_VIDS);
-    let Some(named) = named else {
-        return Err(capnp::Error::failed(format!(
-            "{what} names more than the {MAX_HOP_VIDS} vids one hop may read"
-        )));
-    };
-    let mut vids = Vec::with_capacity(named as usize);
-    for run in runs {
-        vids.extend(run.vids());
-    }
-    vids.sort_unstable();
-    vids.dedup();
-    Ok(vids)
+/// How many vids `runs` name in all (saturating: a peer may name them all
+/// several times).
+pub(crate) fn vid_count(runs: &[VidRun]) -> u64 {
+    runs.iter()
+        .fold(0, |sum, run| sum.saturating_add(run.count()))
 }
 
 /// Reads the runs of a `gather` term: pairs of u64 little-endian, `first`
@@ -227,16 +184,6 @@ mod tests {
             let err = read_runs(bytemuck::cast_slice(&bad)).unwrap_err();
             assert!(err.to_string().contains(what), "{bad:?}: {err}");
         }
-    }
-
-    #[test]
-    fn expand_lists_each_vid_once_and_refuses_too_many() {
-        let vids = expand(&[run(5, 7), run(1, 2), run(6, 8)], "a hop").unwrap();
-        assert_eq!(vids, [1, 2, 5, 6, 7, 8]);
-        let err = expand(&[run(0, MAX_HOP_VIDS)], "a hop").unwrap_err();
-        assert!(err.to_string().contains("a hop names more than"), "{err}");
-        let all = expand(&[run(0, u64::MAX), run(0, u64::MAX)], "a hop");
-        assert!(all.is_err());
     }
 
     #[test]

@@ -27,6 +27,7 @@
 use std::ops::Range;
 
 use super::StoreError;
+use super::runs::{self, VidRun};
 use super::segment::{RecordKind, Segment, SegmentWriter};
 use crate::fold::{PlannedPart, UnionPlan};
 use crate::vector::{CONTAINER_WORDS, VectorBuf, VectorPart};
@@ -283,89 +284,128 @@ impl<'s> Cover<'s> {
         }
     }
 
-    /// Adds the parts `segment` holds of `vids` (ascending, distinct; none
-    /// of them has a chain ended by a newer segment). Returns the blocks
-    /// whose vectors an aggregate covering older segments answered (see
-    /// [`Segment::covers_older`]): older segments must add nothing there (ascending, disjoint).
-    pub(crate) fn add_segment(&mut self, segment: &'s Segment, vids: &[u64]) -> Vec<Range<u64>> {
+    /// Adds the parts `segment` holds of the vids of `runs` (ascending,
+    /// disjoint; none of them has a chain ended by a newer segment).
+    /// Returns the blocks whose vectors an aggregate covering older
+    /// segments answered (see [`Segment::covers_older`]): older segments
+    /// must add nothing there (ascending, disjoint).
+    pub(crate) fn add_segment(&mut self, segment: &'s Segment, runs: &[VidRun]) -> Vec<VidRun> {
         let held = 0..segment.vector_count();
         let mut settled = Vec::new();
         if segment.has_aggregates() {
-            self.descend(segment, AGGREGATE_LEVELS.len(), vids, held, &mut settled);
+            self.descend(segment, AGGREGATE_LEVELS.len(), runs, held, &mut settled);
         } else {
-            self.singles(segment, vids, held);
+            self.singles(segment, runs, held);
         }
         settled
     }
 
-    /// Covers `vids`, all in one block of level `above` (anywhere when
-    /// `above` is the top), whose vectors in `segment` are the entries
-    /// `held`: block by block of the level below, with the block's aggregate
-    /// when `vids` holds every vid the segment has there, else one level
-    /// further down. Cost: O(len(vids)) per level plus a binary search per
-    /// block, whatever the width of the blocks.
+    /// Covers the vids of `runs`, all in one block of level `above`
+    /// (anywhere when `above` is the top), whose vectors in `segment` are
+    /// the entries `held`: block by block of the level below, with the
+    /// block's aggregate when `runs` hold every vid the segment has there,
+    /// else one level further down. Blocks where the segment holds nothing
+    /// are skipped with one search; the cost is a few searches per block
+    /// that holds vectors, whatever the number of vids.
     fn descend(
         &mut self,
         segment: &'s Segment,
         above: usize,
-        vids: &[u64],
+        runs: &[VidRun],
         held: Range<usize>,
-        settled: &mut Vec<Range<u64>>,
+        settled: &mut Vec<VidRun>,
     ) {
         let Some(level) = above.checked_sub(1) else {
-            return self.singles(segment, vids, held);
+            return self.singles(segment, runs, held);
         };
         let width = AGGREGATE_LEVELS[level];
-        let mask = !(width - 1);
-        for run in vids.chunk_by(|a, b| a & mask == b & mask) {
-            let block = run[0] & mask;
-            let inside = segment.entries_between(held.clone(), block, block + (width - 1));
-            if inside.is_empty() {
-                continue;
-            }
-            if inside.len() >= 2
-                && asks_for_all(segment, inside.clone(), run)
-                && let Some(aggregate) = segment.aggregate(level, block)
-            {
-                self.push(aggregate, Some(level));
-                if segment.covers_older() {
-                    settled.push(block..block + width);
+        let mut pieces: Vec<VidRun> = Vec::new();
+        let mut i = 0;
+        let mut from = runs.first().map_or(0, |run| run.first);
+        while i < runs.len() {
+            let block = VidRun {
+                first: from & !(width - 1),
+                last: (from & !(width - 1)) + (width - 1),
+            };
+            // The runs' vids in this block, from `from` on.
+            pieces.clear();
+            while i < runs.len() && runs[i].first <= block.last {
+                let first = runs[i].first.max(from);
+                if runs[i].last <= block.last {
+                    pieces.push(VidRun {
+                        first,
+                        last: runs[i].last,
+                    });
+                    i += 1;
+                } else {
+                    pieces.push(VidRun {
+                        first,
+                        last: block.last,
+                    });
+                    break;
                 }
-                continue;
             }
-            self.descend(segment, level, run, inside, settled);
+            let inside = segment.entries_between(held.clone(), block.first, block.last);
+            if !inside.is_empty() {
+                if inside.len() >= 2
+                    && asks_for_all(segment, inside.clone(), block, &pieces)
+                    && let Some(aggregate) = segment.aggregate(level, block.first)
+                {
+                    self.push(aggregate, Some(level));
+                    if segment.covers_older() {
+                        settled.push(block);
+                    }
+                } else {
+                    self.descend(segment, level, &pieces, inside, settled);
+                }
+            }
+            // On to the next block holding both vids asked for and entries.
+            let Some(next) = block.last.checked_add(1) else {
+                break;
+            };
+            let after = segment.entries_between(held.clone(), next, u64::MAX);
+            if after.is_empty() {
+                break;
+            }
+            let next = next.max(segment.vid_at(after.start));
+            while i < runs.len() && runs[i].last < next {
+                i += 1;
+            }
+            if let Some(run) = runs.get(i) {
+                from = run.first.max(next);
+            }
         }
     }
 
-    /// Adds the single parts of `vids` among the entries `held` (`deleted`
-    /// and `keep` records and empty `base` ones have none).
-    fn singles(&mut self, segment: &'s Segment, vids: &[u64], held: Range<usize>) {
-        segment.find_ascending(held, vids, |_, found| {
-            if let Some(part) = found.map(|i| segment.part_at(i))
-                && !part.is_empty()
-            {
-                self.push(part, None);
+    /// Adds the single parts of the vids of `runs` among the entries `held`
+    /// (`deleted` and `keep` records and empty `base` ones have none).
+    fn singles(&mut self, segment: &'s Segment, runs: &[VidRun], held: Range<usize>) {
+        for run in runs {
+            for i in segment.entries_between(held.clone(), run.first, run.last) {
+                let part = segment.part_at(i);
+                if !part.is_empty() {
+                    self.push(part, None);
+                }
             }
-        });
+        }
     }
 }
 
-/// Whether `run` (ascending) holds the vid of every entry of `held`
-/// (ascending too) but the `deleted` ones, which add nothing to an
-/// aggregate. O(len(run)) but for `deleted` entries: no more than that many
-/// other entries are looked at.
-fn asks_for_all(segment: &Segment, held: Range<usize>, run: &[u64]) -> bool {
-    let deleted = segment.vector_count() - segment.existing_count();
-    if held.len() > run.len() + deleted {
-        return false;
-    }
-    let mut asked = run.iter();
-    // A record's kind is decoded only in a segment that has deletes.
-    held.into_iter().all(|i| {
-        (deleted > 0 && segment.kind_at(i) == RecordKind::Deleted) || {
-            let vid = segment.vid_at(i);
-            asked.any(|&asked| asked == vid)
-        }
+/// Whether `pieces` (ascending runs within `block`) hold the vid of every
+/// entry of `inside` (the segment's entries in `block`) but the `deleted`
+/// ones, which add nothing to an aggregate: a search of the index per gap
+/// between the pieces.
+fn asks_for_all(segment: &Segment, inside: Range<usize>, block: VidRun, pieces: &[VidRun]) -> bool {
+    let deletes = segment.existing_count() < segment.vector_count();
+    let mut gaps = runs::subtract(&[block], pieces).into_iter();
+    gaps.all(|gap| {
+        let entries = segment.entries_between(inside.clone(), gap.first, gap.last);
+        // A record's kind is decoded only in a segment that has deletes.
+        entries.is_empty()
+            || (deletes
+                && entries
+                    .into_iter()
+                    .all(|i| segment.kind_at(i) == RecordKind::Deleted))
     })
 }
 

@@ -4,10 +4,10 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fmt;
-use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use super::aggregate::Cover;
+use super::runs::{self, VidRun};
 use super::segment::{RecordKind, Segment};
 use crate::vector::VectorPart;
 
@@ -58,20 +58,8 @@ impl Snapshot {
     }
 
     /// Parts whose union is exactly the union of the vectors `vids`
-    /// (ascending, distinct; vids not held add nothing), using range
-    /// aggregates where they save reads.
-    ///
-    /// Segments are read newest first. In each, an aggregate of a block is
-    /// used only when `vids` holds every vid the segment has in the block
-    /// and no newer segment ended one of those vids' chains (a `base` or
-    /// `deleted` record: the aggregate may hold bits since cleared), so the
-    /// union never includes a bit that was not asked for; otherwise the
-    /// block is covered by the level below, and at the bottom by single
-    /// vector parts. An aggregate of a segment written by an update covers
-    /// the older segments' vectors of its block too, which are then not
-    /// read. The cost of choosing is O(len(vids)) per level and segment,
-    /// not the width of the blocks. The parts come widest first: a union
-    /// reading them in order stops soonest where their OR is all ones.
+    /// (ascending, distinct; vids not held add nothing): [`Snapshot::cover_runs`]
+    /// of their runs.
     ///
     /// # Panics
     ///
@@ -81,16 +69,45 @@ impl Snapshot {
             vids.windows(2).all(|w| w[0] < w[1]),
             "Snapshot::cover takes vids strictly ascending"
         );
+        self.cover_runs(&VidRun::runs_of(vids))
+    }
+
+    /// Parts whose union is exactly the union of the vectors of `runs`
+    /// (ascending, disjoint; vids not held add nothing), using range
+    /// aggregates where they save reads.
+    ///
+    /// Segments are read newest first. In each, an aggregate of a block is
+    /// used only when `runs` hold every vid the segment has in the block
+    /// and no newer segment ended one of those vids' chains (a `base` or
+    /// `deleted` record: the aggregate may hold bits since cleared), so the
+    /// union never includes a bit that was not asked for; otherwise the
+    /// block is covered by the level below, and at the bottom by single
+    /// vector parts. An aggregate of a segment written by an update covers
+    /// the older segments' vectors of its block too, which are then not
+    /// read. The cost of choosing is a few searches of the segment's index
+    /// per run and block touched, and per stretch of vids it holds there,
+    /// not the number of vids. The parts come widest first: a union
+    /// reading them in order stops soonest where their OR is all ones.
+    ///
+    /// # Panics
+    ///
+    /// If `runs` do not ascend, each after the one before.
+    pub fn cover_runs(&self, runs: &[VidRun]) -> Cover<'_> {
+        assert!(
+            runs::ascending(runs),
+            "Snapshot::cover_runs takes runs ascending and disjoint"
+        );
         let mut cover = Cover::default();
-        let mut wanted = vids.to_vec();
+        let mut wanted = runs.to_vec();
         for segment in self.segments.iter().rev() {
             if wanted.is_empty() {
                 break;
             }
-            let settled = cover.add_segment(segment, &wanted[segment.span_of(&wanted)]);
-            remove_settled(&mut wanted, settled);
+            let settled = cover.add_segment(segment, &wanted);
+            wanted = runs::subtract(&wanted, &settled);
             if segment.ends_chains() {
-                wanted.retain(|&vid| !segment.kind(vid).is_some_and(RecordKind::ends_chain));
+                let ended = chain_ends(segment, &wanted);
+                wanted = runs::subtract(&wanted, &ended);
             }
         }
         cover.widest_first();
@@ -107,8 +124,7 @@ impl Snapshot {
     }
 
     /// The smallest of `vids` (ascending, distinct) that does not exist, if
-    /// any: [`Snapshot::contains`] for many vids at once, one ascending walk
-    /// of each segment's index instead of a search per vid and segment.
+    /// any: [`Snapshot::first_missing_in`] their runs.
     ///
     /// # Panics
     ///
@@ -118,30 +134,47 @@ impl Snapshot {
             vids.windows(2).all(|w| w[0] < w[1]),
             "Snapshot::first_missing takes vids strictly ascending"
         );
-        let mut unresolved = vids.to_vec();
-        let mut missing = None;
+        self.first_missing_in(&VidRun::runs_of(vids))
+    }
+
+    /// The smallest vid of `runs` (ascending, disjoint) that does not exist,
+    /// if any: [`Snapshot::contains`] for many vids at once, a few searches
+    /// of each segment's index per run and per stretch of consecutive vids
+    /// it holds, instead of a search per vid and segment.
+    ///
+    /// # Panics
+    ///
+    /// If `runs` do not ascend, each after the one before.
+    pub fn first_missing_in(&self, runs: &[VidRun]) -> Option<u64> {
+        assert!(
+            runs::ascending(runs),
+            "Snapshot::first_missing_in takes runs ascending and disjoint"
+        );
+        let mut unresolved = runs.to_vec();
+        let mut missing: Option<u64> = None;
         for segment in self.segments.iter().rev() {
             if unresolved.is_empty() {
                 break;
             }
-            // Only the vids within the segment's own range are looked up.
-            let within = segment.span_of(&unresolved);
-            let mut kept = Vec::new();
-            let count = segment.vector_count();
-            segment.find_ascending(
-                0..count,
-                &unresolved[within.clone()],
-                |vid, found| match found {
-                    None => kept.push(vid),
-                    Some(i) if segment.kind_at(i) == RecordKind::Deleted => {
-                        missing = Some(missing.map_or(vid, |m: u64| m.min(vid)));
+            let deletes = segment.existing_count() < segment.vector_count();
+            let all = 0..segment.vector_count();
+            let mut found = Vec::new();
+            for run in &unresolved {
+                for (entries, stretch) in segment.stretches(all.clone(), run.first, run.last) {
+                    if deletes
+                        && let Some(i) = entries
+                            .into_iter()
+                            .find(|&i| segment.kind_at(i) == RecordKind::Deleted)
+                    {
+                        let vid = segment.vid_at(i);
+                        missing = Some(missing.map_or(vid, |m| m.min(vid)));
                     }
-                    Some(_) => {}
-                },
-            );
-            unresolved.splice(within, kept);
+                    found.push(stretch);
+                }
+            }
+            unresolved = runs::subtract(&unresolved, &found);
         }
-        let never_stored = unresolved.first().copied();
+        let never_stored = unresolved.first().map(|run| run.first);
         missing.into_iter().chain(never_stored).min()
     }
 
@@ -191,18 +224,22 @@ impl Snapshot {
     }
 }
 
-/// Removes from `wanted` (ascending) every vid inside one of the `settled`
-/// ranges (ascending and disjoint).
-fn remove_settled(wanted: &mut Vec<u64>, settled: Vec<Range<u64>>) {
-    if settled.is_empty() {
-        return;
+/// The vids of `runs` (ascending, disjoint) whose record in `segment` ends
+/// their chain (`base` or `deleted`), as runs: older segments add nothing
+/// to them.
+fn chain_ends(segment: &Segment, runs: &[VidRun]) -> Vec<VidRun> {
+    let all = 0..segment.vector_count();
+    let mut ended: Vec<u64> = Vec::new();
+    for run in runs {
+        for (entries, _) in segment.stretches(all.clone(), run.first, run.last) {
+            ended.extend(
+                entries
+                    .filter(|&i| segment.kind_at(i).ends_chain())
+                    .map(|i| segment.vid_at(i)),
+            );
+        }
     }
-    debug_assert!(settled.windows(2).all(|w| w[0].end <= w[1].start));
-    let mut ranges = settled.iter().peekable();
-    wanted.retain(|&vid| {
-        while ranges.next_if(|range| range.end <= vid).is_some() {}
-        ranges.peek().is_none_or(|range| !range.contains(&vid))
-    });
+    VidRun::runs_of(&ended)
 }
 
 /// Walks the indexes of several segments together in ascending vid order.
@@ -250,18 +287,5 @@ impl<'s> VidMerge<'s> {
             self.push(segment, entry + 1);
         }
         Some(vid)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn settled_ranges_remove_exactly_their_vids() {
-        let mut wanted: Vec<u64> = (0..40).collect();
-        remove_settled(&mut wanted, vec![3..4, 16..32, 39..40]);
-        let expected: Vec<u64> = (0..3).chain(4..16).chain(32..39).collect();
-        assert_eq!(wanted, expected);
     }
 }

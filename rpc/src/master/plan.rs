@@ -199,7 +199,7 @@ pub(crate) fn plan(
             loop {
                 let last = (*placement.read_run(first).end()).min(run.last);
                 let piece = VidRun { first, last };
-                named += piece.len();
+                named += piece.count();
                 if named > shape.most as u64 {
                     return Plan::TooMany { most: shape.most };
                 }
@@ -293,7 +293,7 @@ pub(crate) fn coordinator(
         CoordinatorPolicy::Bandwidth => {
             let mut held = std::collections::HashMap::new();
             for node in chains.iter().flatten() {
-                *held.entry(node.machine as usize).or_insert(0u64) += node.run.len();
+                *held.entry(node.machine as usize).or_insert(0u64) += node.run.count();
             }
             // Most vectors held; the lower index on a tie.
             *live

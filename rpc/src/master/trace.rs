@@ -166,7 +166,7 @@ pub(super) fn describe_chain(chain: &[Node], name: impl Fn(usize) -> String) -> 
     chain
         .chunk_by(|a, b| a.machine == b.machine)
         .map(|run| {
-            let vids: u64 = run.iter().map(|node| node.run.len()).sum();
+            let vids: u64 = run.iter().map(|node| node.run.count()).sum();
             let plural = if vids == 1 { "" } else { "s" };
             format!("{} ({vids} vid{plural})", name(run[0].machine as usize))
         })

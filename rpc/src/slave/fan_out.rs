@@ -66,14 +66,14 @@ pub(crate) fn gather(
     for term in terms.iter() {
         let runs = chain::read_runs(term?)?;
         let mut parts = Vec::new();
-        match slave.stored_parts(&snapshot, &runs, &mut parts)? {
+        match slave.stored_parts(&snapshot, &runs, &mut parts) {
             Ok(bytes) => read += bytes,
             Err(vid) => {
                 results.get().init_result().set_missing(vid);
                 return Ok(());
             }
         }
-        vids_read += runs.iter().map(VidRun::len).sum::<u64>();
+        vids_read += chain::vid_count(&runs);
         inputs.push(parts);
     }
     let mut sent = 0;
@@ -179,14 +179,14 @@ pub(crate) async fn term_vectors(
     let (mut own_vids, mut own_read) = (0, 0);
     if let Some(runs) = by_machine.get(&you) {
         for (term, runs) in runs.iter().enumerate() {
-            match slave.stored_parts(&snapshot, runs, &mut own[term])? {
+            match slave.stored_parts(&snapshot, runs, &mut own[term]) {
                 Ok(bytes) => own_read += bytes,
                 Err(vid) => {
                     let reason = format!("it does not hold vector {vid}, which the catalog lists");
                     failures.push(FailedMachine::at(machines, you, reason)?);
                 }
             }
-            own_vids += runs.iter().map(VidRun::len).sum::<u64>();
+            own_vids += chain::vid_count(runs);
         }
     }
     let mut responses = Vec::new();

@@ -18,7 +18,7 @@ use capnp::capability::{Promise, Response};
 
 use crate::bitfold_capnp::{HopKind, machine, machine_vec_node, part, slave};
 use crate::budget::{Budget, hops, micros};
-use crate::chain::{Node, VidRun};
+use crate::chain::{self, Node};
 use crate::hop::{self, Hop};
 use crate::wire;
 
@@ -129,10 +129,10 @@ pub(crate) async fn handle_hop(
         runs.push(Node::read(node)?.run);
     }
     let run = runs.len() as u32;
-    let vids: u64 = runs.iter().map(VidRun::len).sum();
+    let vids = chain::vid_count(&runs);
     let snapshot = slave.store.snapshot();
     let mut inputs: Vec<VectorPart<'_>> = partial.to_vec();
-    let read = match slave.stored_parts(&snapshot, &runs, &mut inputs)? {
+    let read = match slave.stored_parts(&snapshot, &runs, &mut inputs) {
         Ok(read) => read,
         Err(vid) => {
             let reason = format!("it does not hold vector {vid}, which the catalog lists");

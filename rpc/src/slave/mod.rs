@@ -167,7 +167,7 @@ impl slave::Server for Slave {
             let snapshot = self.store.snapshot();
             let mut parts = Vec::new();
             let one = [VidRun::one(params.get_vid())];
-            let found = self.stored_parts(&snapshot, &one, &mut parts)?;
+            let found = self.stored_parts(&snapshot, &one, &mut parts);
             let result = results.get().init_result();
             let Ok(read) = found else {
                 let mut result = result;
@@ -303,22 +303,22 @@ impl Slave {
     /// `runs` (in any order, overlaps allowed) as `snapshot` holds them:
     /// range aggregates where they cover a block, single vectors elsewhere.
     /// Counts the bytes read and returns them; fails with the first vid it
-    /// holds no part of, and refuses runs of more than
-    /// [`chain::MAX_HOP_VIDS`] vids in all.
+    /// holds no part of. It costs the runs and the stretches of vids the
+    /// store holds in them, not the vids they name.
     pub(crate) fn stored_parts<'s>(
         &self,
         snapshot: &'s Snapshot,
         runs: &[VidRun],
         out: &mut Vec<VectorPart<'s>>,
-    ) -> capnp::Result<Result<u64, u64>> {
-        let vids = chain::expand(runs, "a hop")?;
-        if let Some(missing) = snapshot.first_missing(&vids) {
-            return Ok(Err(missing));
+    ) -> Result<u64, u64> {
+        let runs = chain::merged(runs.to_vec());
+        if let Some(missing) = snapshot.first_missing_in(&runs) {
+            return Err(missing);
         }
-        let cover = snapshot.cover(&vids);
+        let cover = snapshot.cover_runs(&runs);
         self.read.set(self.read.get() + cover.stats.bytes);
         out.extend(cover.parts);
-        Ok(Ok(cover.stats.bytes))
+        Ok(cover.stats.bytes)
     }
 
     /// Takes back from the bytes read `bytes` that [`Slave::stored_parts`]

@@ -13,6 +13,7 @@ use super::{
 use crate::store::StoreError;
 use crate::store::aggregate;
 use crate::store::footer::{self, u64_at};
+use crate::store::runs::VidRun;
 use crate::store::storage::{Directory, FileBytes};
 use crate::vector::VectorPart;
 
@@ -317,35 +318,33 @@ impl Segment {
         within.start + start..within.start + end
     }
 
-    /// Where in `vids` (ascending) are those between the first and the last
-    /// vid this segment holds a record of: the only ones it can say
-    /// anything of.
-    pub(crate) fn span_of(&self, vids: &[u64]) -> Range<usize> {
-        let (Some(first), Some(last)) = (self.entries().first(), self.entries().last()) else {
-            return 0..0;
-        };
-        let lo = vids.partition_point(|&vid| vid < first[0]);
-        let hi = vids.partition_point(|&vid| vid <= last[0]);
-        lo..hi
-    }
-
-    /// Calls `each(vid, entry)` for each of `vids` (ascending), with the
-    /// index of its entry among `within` if it has one there: one walk of
-    /// the index that gallops over the entries it skips, so ascending vids
-    /// cost what they skip, not a binary search of the whole index each.
-    pub(crate) fn find_ascending(
+    /// The entries among `within` whose vids lie in `first..=last`, as
+    /// stretches of consecutive vids, ascending: each the entries and the
+    /// run of vids they hold. Costs a galloping search per stretch, not a
+    /// step per entry.
+    pub(crate) fn stretches(
         &self,
         within: Range<usize>,
-        vids: &[u64],
-        mut each: impl FnMut(u64, Option<usize>),
-    ) {
-        let entries = &self.entries()[within.clone()];
-        let mut at = 0;
-        for &vid in vids {
-            at += gallop(&entries[at..], vid);
-            let found = entries.get(at).is_some_and(|entry| entry[0] == vid);
-            each(vid, found.then_some(within.start + at));
-        }
+        first: u64,
+        last: u64,
+    ) -> impl Iterator<Item = (Range<usize>, VidRun)> + '_ {
+        let found = self.entries_between(within, first, last);
+        let entries = self.entries();
+        let mut at = found.start;
+        std::iter::from_fn(move || {
+            if at >= found.end {
+                return None;
+            }
+            let start = at;
+            let vid = entries[start][0];
+            let len = consecutive(&entries[start..found.end], vid);
+            at = start + len;
+            let run = VidRun {
+                first: vid,
+                last: vid + (len as u64 - 1),
+            };
+            Some((start..at, run))
+        })
     }
 
     pub(crate) fn vector_count(&self) -> usize {
@@ -384,16 +383,26 @@ impl Segment {
     }
 }
 
-/// The first of `entries` whose vid is `vid` or more (`entries.len()` if
-/// none), looking at 1, 2, 4, ... entries ahead before a binary search.
-fn gallop(entries: &[[u64; ENTRY_WORDS]], vid: u64) -> usize {
+/// How many of `entries` (ascending, the first holding `vid`) hold `vid`,
+/// `vid + 1`, ... with none skipped: a galloping search, since entry `k`
+/// holds `vid + k` exactly for a prefix of them.
+fn consecutive(entries: &[[u64; ENTRY_WORDS]], vid: u64) -> usize {
+    let holds = |k: usize| entries[k][0] - vid == k as u64;
     let mut end = 1;
-    while end < entries.len() && entries[end - 1][0] < vid {
+    while end < entries.len() && holds(end) {
         end *= 2;
     }
-    let end = end.min(entries.len());
-    let start = end / 2;
-    start + entries[start..end].partition_point(|entry| entry[0] < vid)
+    // `holds(end / 2)` is true; `holds(hi)` is false or `hi` is the end.
+    let (mut lo, mut hi) = (end / 2, end.min(entries.len()));
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if holds(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo + 1
 }
 
 fn no_containers(entry: &Entry) -> bool {
