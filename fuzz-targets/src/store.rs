@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use bitfold_engine::store::{Directory, MemoryDirectory, VID_LOG_NAME, VidLog};
-use bitfold_engine::{Store, VectorPart};
+use bitfold_engine::{Store, VectorPart, VidRun};
 
 /// The names a fuzzed directory's files get, by the first byte of their record.
 const NAMES: [&str; 6] = [
@@ -15,7 +15,9 @@ const NAMES: [&str; 6] = [
 
 /// Store opening: `data` is a list of files (records: a name byte, a `u32` length, the bytes) put in a
 /// `MemoryDirectory`. Opening the store never panics, and if it opens, every
-/// read works: each vid's parts, the cover of all of them, the vector count.
+/// read works: each vid's parts, the cover of all of them and of the one
+/// run spanning them (whose first missing vid is the first gap), the
+/// vector count.
 /// The catalog log in the same directory opens or is refused, and once open
 /// it keeps what is appended to it.
 pub fn store(data: &[u8]) {
@@ -38,6 +40,13 @@ pub fn store(data: &[u8]) {
             snapshot.parts(vid).for_each(|p| walk(&p));
         }
         snapshot.cover(&vids).parts.iter().for_each(walk);
+        if let (Some(&first), Some(&last)) = (vids.first(), vids.last()) {
+            // One run over every held vid and the gaps between them.
+            let span = [VidRun { first, last }];
+            let gap = vids.windows(2).find(|w| w[1] != w[0] + 1).map(|w| w[0] + 1);
+            assert_eq!(snapshot.first_missing_in(&span), gap);
+            snapshot.cover_runs(&span).parts.iter().for_each(walk);
+        }
     }
     if let Ok((mut log, held)) = VidLog::with_directory(dir.clone()) {
         log.append(&[7, 3])
