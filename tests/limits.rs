@@ -8,7 +8,7 @@ use std::future::Future;
 use std::io::Write;
 
 use bitfold_rpc::bitfold_capnp::{
-    ErrorKind, error, master, outcome, slave, update_outcome, vid_vector,
+    ErrorKind, error, gather_result, master, outcome, slave, update_outcome, vid_vector,
 };
 use bitfold_rpc::client::Client;
 use capnp::capability::FromClientHook;
@@ -336,5 +336,64 @@ fn a_coordinate_or_gather_of_too_many_chains_is_refused() {
     });
     assert_names(&coordinate, MAX_CHAINS + 1, MAX_CHAINS, "chains");
     assert_names(&gather, MAX_CHAINS + 1, MAX_CHAINS, "terms");
+    still_answers(&cluster, &oracle, &client);
+}
+
+#[test]
+fn runs_of_vids_past_the_last_vid_or_out_of_order_are_refused() {
+    let (cluster, oracle, client) = loaded_cluster(77);
+    let (handle, gather, widest) = on_runtime(async {
+        let slave: slave::Client = connect(&cluster.slave_addrs[0]).await;
+        let mut request = slave.handle_request();
+        request.get().set_budget_micros(10_000_000);
+        let mut machine = request.get().init_machines(1).get(0);
+        machine.set_name("s0");
+        machine.set_addr(cluster.slave_addrs[0].as_str());
+        let mut node = request.get().init_chain(1).get(0);
+        node.set_vid(u64::MAX - 1);
+        node.set_more(5);
+        let handle = refusal(request.send().promise.await, "the handle");
+        let term = |runs: &[u64]| {
+            runs.iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<u8>>()
+        };
+        let mut request = slave.gather_request();
+        request.get().init_terms(1).set(0, &term(&[0, 3, 2, 9]));
+        let gather = refusal(request.send().promise.await, "the gather");
+        // One run naming every vid: the slave answers with the first it
+        // lacks, having looked at what it holds, not at 2^64 vids.
+        let mut request = slave.gather_request();
+        request.get().init_terms(1).set(0, &term(&[0, u64::MAX]));
+        let answer = request
+            .send()
+            .promise
+            .await
+            .expect("a gather of every vid is answered");
+        let widest = match answer.get().unwrap().get_result().unwrap().which().unwrap() {
+            gather_result::Missing(vid) => vid,
+            gather_result::Terms(_) => panic!("s0 holds every vid"),
+        };
+        (handle, gather, widest)
+    });
+    assert!(handle.contains("passes the last vid"), "{handle}");
+    assert!(
+        gather.contains("is empty or not after the one before"),
+        "{gather}"
+    );
+    let held = on_runtime(async {
+        let slave: slave::Client = connect(&cluster.slave_addrs[0]).await;
+        let catalog = slave.catalog_request().send().promise.await.unwrap();
+        let bytes = catalog.get().unwrap().get_vids().unwrap().to_vec();
+        bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect::<Vec<u64>>()
+    });
+    let first_lacked = (0..).find(|v| !held.contains(v)).unwrap();
+    assert_eq!(
+        widest, first_lacked,
+        "the first vid s0 lacks (it holds {held:?})"
+    );
     still_answers(&cluster, &oracle, &client);
 }
