@@ -323,9 +323,10 @@ impl<'s> Cover<'s> {
         let mut i = 0;
         let mut from = runs.first().map_or(0, |run| run.first);
         while i < runs.len() {
+            let start = from & !(width - 1);
             let block = VidRun {
-                first: from & !(width - 1),
-                last: (from & !(width - 1)) + (width - 1),
+                first: start,
+                last: start + (width - 1),
             };
             // The runs' vids in this block, from `from` on.
             pieces.clear();

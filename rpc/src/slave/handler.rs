@@ -2,12 +2,12 @@
 //!
 //! The chain is a list of `MachineVecNode`s, each a run of vids, sorted by
 //! machine; the receiver is the machine of the first node. It ORs the
-//! vectors of its leading nodes (every part the snapshot holds for them, read from the mmap) and
-//! the incoming partial result (read in place from the request) with a
-//! planned union, filled straight into the `partial` field of the request
-//! to the next machine, or into its own reply when the chain ends here. The
-//! next machine's reply is returned up as it is: the term's vector, or the
-//! machine that failed further down.
+//! vectors of its leading nodes (every part the snapshot holds for them,
+//! read from the mmap) and the incoming partial result (read in place from
+//! the request) with a planned union, filled straight into the `partial`
+//! field of the request to the next machine, or into its own reply when the
+//! chain ends here. The next machine's reply is returned up as it is: the
+//! term's vector, or the machine that failed further down.
 
 use std::cell::Cell;
 use std::time::Instant;
@@ -128,7 +128,7 @@ pub(crate) async fn handle_hop(
     for node in nodes.iter().take_while(|n| n.get_machine() == here) {
         runs.push(Node::read(node)?.run);
     }
-    let run = runs.len() as u32;
+    let leading = runs.len() as u32;
     let vids = chain::vid_count(&runs);
     let snapshot = slave.store.snapshot();
     let mut inputs: Vec<VectorPart<'_>> = partial.to_vec();
@@ -150,7 +150,7 @@ pub(crate) async fn handle_hop(
             report.map(|began| Hop::ending_now(here, HopKind::Handle, began, vids, read, bytes)),
         );
     };
-    if run == nodes.len() {
+    if leading == nodes.len() {
         report_sent(wire::write_compact(|n| end.init_vector(n), &plan, &inputs));
         return Ok((Step::Ended, sent.get()));
     }
@@ -158,7 +158,7 @@ pub(crate) async fn handle_hop(
         slave,
         machines,
         nodes,
-        run,
+        leading,
         budget,
         report.is_some(),
         |params| {
