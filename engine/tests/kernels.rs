@@ -189,6 +189,23 @@ proptest! {
     }
 
     #[test]
+    fn all_ones_is_every_word_all_ones(
+        (mut words, flip) in length().prop_flat_map(|len| (words(len), any::<prop::sample::Index>())),
+        clear in any::<bool>(),
+    ) {
+        // All-ones words with one bit cleared anywhere, as well as the others.
+        if clear && !words.is_empty() {
+            words.fill(u64::MAX);
+            let bit = flip.index(words.len() * 64);
+            words[bit / 64] &= !(1 << (bit % 64));
+        }
+        prop_assert_eq!(
+            bitfold_engine::kernels::all_ones(&words),
+            words.iter().all(|&w| w == u64::MAX)
+        );
+    }
+
+    #[test]
     fn kernels_agree_with_a_set_oracle(
         (acc, srcs) in (1usize..80).prop_flat_map(|len| {
             (words(len), proptest::collection::vec(words(len), 1..7))

@@ -16,6 +16,7 @@ use std::borrow::Cow;
 use std::cell::Cell;
 
 use bitfold_engine::fold::{IntersectionPlan, PlannedPart, Term, UnionPlan, Unread};
+use bitfold_engine::kernels;
 use bitfold_engine::{CONTAINER_WORDS, ContainerRef, MalformedPart, PART_MAX_DENSE, VectorPart};
 use bytemuck::Pod;
 
@@ -325,7 +326,7 @@ pub(crate) fn write_compact<'b>(
 /// How [`write_compact`] writes a container: an all-ones dense one as its key.
 fn written((key, container): (u16, ContainerRef<'_>)) -> (u16, Written<'_>) {
     let written = match container {
-        ContainerRef::Dense(w) if w.iter().all(|&w| w == u64::MAX) => Written::Full,
+        ContainerRef::Dense(w) if kernels::all_ones(w) => Written::Full,
         ContainerRef::Dense(w) => Written::Dense(w),
         ContainerRef::Sparse(values) => Written::Sparse(values),
     };
