@@ -397,7 +397,7 @@ impl<'s> Cover<'s> {
 /// ones, which add nothing to an aggregate: a search of the index per gap
 /// between the pieces.
 fn asks_for_all(segment: &Segment, inside: Range<usize>, block: VidRun, pieces: &[VidRun]) -> bool {
-    let deletes = segment.existing_count() < segment.vector_count();
+    let deletes = segment.has_deletes();
     let mut gaps = runs::subtract(&[block], pieces).into_iter();
     gaps.all(|gap| {
         let entries = segment.entries_between(inside.clone(), gap.first, gap.last);

@@ -156,7 +156,7 @@ impl Snapshot {
             if unresolved.is_empty() {
                 break;
             }
-            let deletes = segment.existing_count() < segment.vector_count();
+            let deletes = segment.has_deletes();
             let all = 0..segment.vector_count();
             let mut found = Vec::new();
             for run in &unresolved {

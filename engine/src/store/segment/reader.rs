@@ -274,6 +274,11 @@ impl Segment {
         self.existing
     }
 
+    /// Whether some record is `deleted`.
+    pub(crate) fn has_deletes(&self) -> bool {
+        self.existing < self.vector_count()
+    }
+
     /// Whether some record ends its vid's chain (`base` or `deleted`).
     pub(crate) fn ends_chains(&self) -> bool {
         self.chain_ends > 0
