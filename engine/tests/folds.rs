@@ -473,3 +473,34 @@ fn a_union_reads_nothing_after_its_output_is_all_ones() {
         "all are read before the full one"
     );
 }
+
+/// A union whose sparse inputs hold few bits between them plans a sparse
+/// output container, whatever unions the same thread planned before: one
+/// that made the same keys dense, far apart in the key space, leaves no
+/// trace (a dense container there would cost 8 KiB to send and store).
+#[test]
+fn a_union_plan_forgets_the_keys_of_the_plans_before_it() {
+    let keys = [3u16, 1000, u16::MAX];
+    let dense_bits: Vec<u32> = keys
+        .iter()
+        .flat_map(|&key| (0..SPARSE_MAX as u32 + 1).map(move |v| u32::from(key) << 16 | v))
+        .collect();
+    let dense_at_keys = VectorBuf::from_sorted_bits(&dense_bits);
+    let plan = UnionPlan::new(&[dense_at_keys.as_part()]);
+    assert_eq!(plan.parts()[0].dense_keys(), keys);
+
+    let few: Vec<u32> = keys.iter().map(|&key| u32::from(key) << 16 | 7).collect();
+    let a = VectorBuf::from_bits(few.clone());
+    let b = VectorBuf::from_bits(few.iter().map(|bit| bit + 1).collect());
+    let plan = UnionPlan::new(&[a.as_part(), b.as_part()]);
+    let planned: Vec<&PlannedPart> = plan.parts().iter().collect();
+    assert!(
+        planned.iter().all(|p| p.dense_keys().is_empty()),
+        "keys planned dense: {:?}",
+        planned.iter().map(|p| p.dense_keys()).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        planned.iter().map(|p| p.sparse_keys().len()).sum::<usize>(),
+        keys.len()
+    );
+}

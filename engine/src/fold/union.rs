@@ -442,11 +442,17 @@ fn sort_distinct(values: &mut [u16], bitmap: &mut [u64]) -> usize {
 }
 
 /// Visits the keys set in `bits`, ascending.
-fn for_each_key(bits: &[u64], mut f: impl FnMut(u16)) {
-    for (w, &word) in bits.iter().enumerate() {
+fn for_each_key(bits: &[u64], f: impl FnMut(u16)) {
+    for_each_key_in(bits, 0..bits.len(), f);
+}
+
+/// Visits the keys set in the words `words` of `bits`, ascending.
+fn for_each_key_in(bits: &[u64], words: Range<usize>, mut f: impl FnMut(u16)) {
+    let first = words.start;
+    for (w, &word) in bits[words].iter().enumerate() {
         let mut word = word;
         while word != 0 {
-            f((w * 64) as u16 + word.trailing_zeros() as u16);
+            f(((first + w) * 64) as u16 + word.trailing_zeros() as u16);
             word &= word - 1;
         }
     }
@@ -470,13 +476,24 @@ impl KeyScratch {
         }
         self.clean = false;
 
-        // Which keys exist, which are dense in some input, how many sparse values.
+        // Which keys exist, which are dense in some input, how many sparse
+        // values; and the span of `touched`'s words they fall in, so that
+        // only that span is swept and cleared (a vector of 2^20 bits uses
+        // one word of the 1,024).
+        let (mut lo, mut hi) = (KEYS / 64, 0);
+        let mut widen = |key: u16| {
+            let w = usize::from(key) / 64;
+            lo = lo.min(w);
+            hi = hi.max(w + 1);
+        };
         for part in inputs {
             for &key in part.dense_keys() {
+                widen(key);
                 set_bit(&mut self.touched, key);
                 set_bit(&mut self.dense, key);
             }
             for (key, values) in part.sparse_containers() {
+                widen(key);
                 set_bit(&mut self.touched, key);
                 let k = usize::from(key);
                 self.values[k] = self.values[k].saturating_add(values.len() as u32);
@@ -487,7 +504,8 @@ impl KeyScratch {
         // Decide each key; give dense keys their slot and scatter range,
         // sparse keys their range of gathered values.
         let (mut slots, mut scatter_count, mut value_count) = (0u32, 0u32, 0u32);
-        for_each_key(&self.touched, |key| {
+        let span = lo.min(hi)..hi;
+        for_each_key_in(&self.touched, span.clone(), |key| {
             let k = usize::from(key);
             if has_bit(&self.dense, key) || self.values[k] as usize > SPARSE_MAX {
                 set_bit(&mut self.dense, key);
@@ -556,7 +574,7 @@ impl KeyScratch {
         let mut splitter = PartSplitter::new();
         let mut gathered_from = 0;
         let touched = std::mem::take(&mut self.touched);
-        for_each_key(&touched, |key| {
+        for_each_key_in(&touched, span.clone(), |key| {
             let k = usize::from(key);
             if has_bit(&self.dense, key) {
                 splitter.dense(key);
@@ -570,8 +588,8 @@ impl KeyScratch {
             self.containers[k] = 0;
         });
         self.touched = touched;
-        self.touched.fill(0);
-        self.dense.fill(0);
+        self.touched[span.clone()].fill(0);
+        self.dense[span].fill(0);
         self.clean = true;
 
         let mut scatters = scatters.into_iter();
