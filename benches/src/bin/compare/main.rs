@@ -76,8 +76,8 @@ pub struct Args {
     /// Unmeasured queries before each system's run.
     #[arg(long, default_value_t = 10)]
     pub warmup: u64,
-    /// Vids per term of the chart's points (empty: no chart).
-    #[arg(long, value_delimiter = ',', default_value = "16,32,64,128")]
+    /// Vids per term of the chart's points (`--chart-vids` with no value: no chart).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "16,32,64,128")]
     pub chart_vids: Vec<usize>,
     /// Queries per system per chart point.
     #[arg(long, default_value_t = 150)]
