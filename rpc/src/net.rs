@@ -22,18 +22,19 @@ use std::time::Duration;
 
 use capnp::capability::FromClientHook;
 use capnp::message::ReaderOptions;
+use capnp_rpc::RpcSystem;
 use capnp_rpc::rpc_twoparty_capnp::Side;
-use capnp_rpc::{RpcSystem, twoparty};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
-use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+use tokio_util::compat::TokioAsyncWriteCompatExt;
 
 use crate::bitfold_capnp::slave;
 use crate::tls::Tls;
 
-mod bounded;
+mod framing;
+mod vat;
 
 /// The largest message read, in 8-byte words (1 GiB): a vector with every
 /// bit set is 512 MiB of dense words in parts, plus its keys.
@@ -279,8 +280,8 @@ fn network(
     side: Side,
     sent: Sent,
 ) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
-    Box::new(twoparty::VatNetwork::new(
-        futures::io::BufReader::new(bounded::Bounded::new(reader).compat()),
+    Box::new(vat::TwoParty::new(
+        tokio::io::BufReader::new(reader),
         futures::io::BufWriter::with_capacity(
             WRITE_BUFFER,
             Counted {

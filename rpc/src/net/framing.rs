@@ -1,0 +1,313 @@
+//! Reading Cap'n Proto's stream framing (a segment table, then the
+//! segments) into buffers that are never zeroed first.
+//!
+//! capnp-futures zeroes a whole message before reading into it: for a large
+//! answer that is one more pass over every byte, on every hop. Here the
+//! segments are read straight into a buffer's spare capacity, and the table
+//! is checked before anything is allocated: a message announced over
+//! [`MAX_MESSAGE_WORDS`] is refused naming the bound, before its body is
+//! read. Cap'n Proto reads a segment only when it is 8-byte aligned; the
+//! buffer's alignment is checked, and a misaligned one is copied once into
+//! words.
+
+use bytes::BufMut;
+use capnp::Word;
+use capnp::message::{Reader, ReaderOptions, ReaderSegments};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::MAX_MESSAGE_WORDS;
+
+/// The most segments a message may have (Cap'n Proto's own limit).
+const MAX_SEGMENTS: usize = 512;
+
+/// A received message's segments, in one buffer.
+pub(super) struct Segments {
+    body: Body,
+    /// Where each segment ends, in words from the start of the body.
+    ends: Vec<usize>,
+}
+
+/// The bytes of a message's segments, 8-byte aligned.
+enum Body {
+    /// As read (the allocator returned aligned memory, as it does in practice).
+    Read(Vec<u8>),
+    /// Copied into words because the buffer read into was misaligned.
+    Copied(Vec<Word>),
+}
+
+impl Body {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Body::Read(bytes) => bytes,
+            Body::Copied(words) => Word::words_to_bytes(words),
+        }
+    }
+}
+
+impl ReaderSegments for Segments {
+    fn get_segment(&self, id: u32) -> Option<&[u8]> {
+        let id = usize::try_from(id).ok()?;
+        let end = *self.ends.get(id)?;
+        let start = match id {
+            0 => 0,
+            _ => self.ends[id - 1],
+        };
+        self.body.bytes().get(start * 8..end * 8)
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+}
+
+/// Reads the next message from `reader`; `None` when the stream ends
+/// cleanly between messages.
+pub(super) async fn read_message<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    options: ReaderOptions,
+) -> capnp::Result<Option<Reader<Segments>>> {
+    // The table's first word: the segment count less one, the first size.
+    // It is read whole before the count is judged, as Cap'n Proto does: a
+    // peer that sends a few bytes that are not Cap'n Proto (a TLS alert)
+    // and closes reads as a stream cut short.
+    let mut table = vec![0u8; 8];
+    if !read_first(reader, &mut table).await? {
+        return Ok(None);
+    }
+    let announced = u32::from_le_bytes(table[..4].try_into().expect("4 bytes"));
+    let count = usize::try_from(announced)
+        .ok()
+        .and_then(|n| n.checked_add(1))
+        .filter(|&n| n <= MAX_SEGMENTS)
+        .ok_or_else(|| {
+            capnp::Error::failed(format!(
+                "{} segments in one message, more than the {MAX_SEGMENTS} allowed",
+                u64::from(announced) + 1
+            ))
+        })?;
+    // A size per segment, then padding to a whole word.
+    table.resize((4 + 4 * count).next_multiple_of(8), 0);
+    read_exact(reader, &mut table[8..]).await?;
+    let mut ends = Vec::with_capacity(count);
+    let mut words = 0u64;
+    for size in table[4..].chunks_exact(4).take(count) {
+        words += u64::from(u32::from_le_bytes(size.try_into().expect("4 bytes")));
+        ends.push(words);
+    }
+    if words > MAX_MESSAGE_WORDS as u64 {
+        return Err(capnp::Error::failed(format!(
+            "{words} words in one message, more than the {MAX_MESSAGE_WORDS} allowed"
+        )));
+    }
+    let len = usize::try_from(words * 8).expect("bounded by MAX_MESSAGE_WORDS");
+    let mut bytes = Vec::with_capacity(len);
+    while bytes.len() < len {
+        let left = len - bytes.len();
+        if reader.read_buf(&mut (&mut bytes).limit(left)).await? == 0 {
+            return Err(closed_mid_message());
+        }
+    }
+    let body = match bytes.as_ptr() as usize % 8 {
+        0 => Body::Read(bytes),
+        _ => {
+            let mut words = Word::allocate_zeroed_vec(len / 8);
+            Word::words_to_bytes_mut(&mut words).copy_from_slice(&bytes);
+            Body::Copied(words)
+        }
+    };
+    let ends = ends
+        .into_iter()
+        .map(|end| usize::try_from(end).expect("bounded by MAX_MESSAGE_WORDS"))
+        .collect();
+    Ok(Some(Reader::new(Segments { body, ends }, options)))
+}
+
+/// Fills `first`; false if the stream ended cleanly before its first byte.
+async fn read_first<R: AsyncRead + Unpin>(reader: &mut R, first: &mut [u8]) -> capnp::Result<bool> {
+    let mut filled = 0;
+    while filled < first.len() {
+        match reader.read(&mut first[filled..]).await? {
+            0 if filled == 0 => return Ok(false),
+            0 => return Err(closed_mid_message()),
+            n => filled += n,
+        }
+    }
+    Ok(true)
+}
+
+async fn read_exact<R: AsyncRead + Unpin>(reader: &mut R, buf: &mut [u8]) -> capnp::Result<()> {
+    match reader.read_exact(buf).await {
+        Ok(_) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => Err(closed_mid_message()),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The stream ended inside a message: a premature end of file, as
+/// Cap'n Proto's own reader reports it.
+fn closed_mid_message() -> capnp::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        "the connection closed in the middle of a message",
+    )
+    .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use capnp::message::Builder;
+
+    use super::*;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+    }
+
+    /// A framed message of `segments` segments of `words` words each.
+    fn framed(segments: u32, words: u32) -> Vec<u8> {
+        let mut bytes = (segments - 1).to_le_bytes().to_vec();
+        for _ in 0..segments {
+            bytes.extend(words.to_le_bytes());
+        }
+        if segments.is_multiple_of(2) {
+            bytes.extend([0; 4]);
+        }
+        bytes.extend(vec![7u8; 8 * (segments * words) as usize]);
+        bytes
+    }
+
+    /// A stream that hands out at most `chunk` bytes per read.
+    struct Trickle<'a> {
+        bytes: &'a [u8],
+        chunk: usize,
+    }
+
+    impl AsyncRead for Trickle<'_> {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            let n = self.chunk.min(self.bytes.len()).min(buf.remaining());
+            buf.put_slice(&self.bytes[..n]);
+            self.bytes = &self.bytes[n..];
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Every message of `stream`, read `chunk` bytes at a time: their
+    /// segments' bytes, or the error that stopped the reading.
+    fn read_all(stream: &[u8], chunk: usize) -> capnp::Result<Vec<Vec<Vec<u8>>>> {
+        runtime().block_on(async {
+            let mut reader = Trickle {
+                bytes: stream,
+                chunk,
+            };
+            let mut messages = Vec::new();
+            while let Some(message) = read_message(&mut reader, ReaderOptions::new()).await? {
+                let segments = message.into_segments();
+                messages.push(
+                    (0..segments.len() as u32)
+                        .map(|id| segments.get_segment(id).unwrap().to_vec())
+                        .collect(),
+                );
+            }
+            Ok(messages)
+        })
+    }
+
+    #[test]
+    fn messages_read_whole_however_the_stream_is_cut() {
+        let shapes = [(1, 3), (2, 1), (1, 0), (3, 2), (4, 5)];
+        let stream: Vec<u8> = shapes.iter().flat_map(|&(s, w)| framed(s, w)).collect();
+        for chunk in [1, 3, 8, 13, 4096] {
+            let messages = read_all(&stream, chunk).unwrap();
+            let read: Vec<(u32, u32)> = messages
+                .iter()
+                .map(|segments| (segments.len() as u32, segments[0].len() as u32 / 8))
+                .collect();
+            assert_eq!(read, shapes, "chunk {chunk}");
+            assert!(messages.iter().flatten().flatten().all(|&b| b == 7));
+        }
+    }
+
+    #[test]
+    fn a_message_written_by_capnp_reads_back_equal() {
+        let mut builder = Builder::new_default();
+        let mut list = builder.initn_root::<capnp::primitive_list::Builder<'_, u64>>(5000);
+        for i in 0..5000 {
+            list.set(i, u64::from(i) * 0x9e37_79b9);
+        }
+        let mut stream = Vec::new();
+        capnp::serialize::write_message(&mut stream, &builder).unwrap();
+        stream.extend(&stream.clone());
+        runtime().block_on(async {
+            let mut reader = Trickle {
+                bytes: &stream,
+                chunk: 1000,
+            };
+            for _ in 0..2 {
+                let message = read_message(&mut reader, ReaderOptions::new())
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let list = message
+                    .get_root::<capnp::primitive_list::Reader<'_, u64>>()
+                    .unwrap();
+                assert_eq!(list.len(), 5000);
+                assert!((0..5000).all(|i| list.get(i) == u64::from(i) * 0x9e37_79b9));
+            }
+            let end = read_message(&mut reader, ReaderOptions::new())
+                .await
+                .unwrap();
+            assert!(end.is_none(), "a clean end between messages");
+        });
+    }
+
+    #[test]
+    fn a_message_announced_over_the_bound_is_refused_naming_it() {
+        let mut stream = framed(2, 1);
+        let over = MAX_MESSAGE_WORDS as u32 / 2 + 1;
+        stream.extend(1u32.to_le_bytes());
+        stream.extend(over.to_le_bytes());
+        stream.extend(over.to_le_bytes());
+        stream.extend([0; 4]);
+        for chunk in [1, 5, 4096] {
+            let err = read_all(&stream, chunk).unwrap_err();
+            assert_eq!(
+                err.extra,
+                format!(
+                    "{} words in one message, more than the {MAX_MESSAGE_WORDS} allowed",
+                    2 * u64::from(over)
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn too_many_segments_or_a_cut_message_are_refused() {
+        let mut table = u32::MAX.to_le_bytes().to_vec();
+        table.extend(1u32.to_le_bytes());
+        let err = read_all(&table, 4096).unwrap_err();
+        assert_eq!(
+            err.extra,
+            "4294967296 segments in one message, more than the 512 allowed"
+        );
+        let whole = framed(3, 2);
+        // A TLS alert is 7 bytes: not even the table's first word.
+        let alert = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x74];
+        for cut in [
+            &alert[..],
+            &whole[..1],
+            &whole[..5],
+            &whole[..16],
+            &whole[..whole.len() - 1],
+        ] {
+            let err = read_all(cut, 4096).unwrap_err();
+            assert_eq!(err.kind, capnp::ErrorKind::PrematureEndOfFile, "{cut:?}");
+            assert!(err.extra.contains("in the middle of a message"));
+        }
+    }
+}
