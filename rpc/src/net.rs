@@ -35,15 +35,16 @@ use crate::tls::Tls;
 
 mod framing;
 mod vat;
+mod writer;
 
 /// The largest message read, in 8-byte words (1 GiB): a vector with every
 /// bit set is 512 MiB of dense words in parts, plus its keys.
 pub const MAX_MESSAGE_WORDS: usize = 1 << 27;
 
-/// Bytes a connection gathers before it sends: a message up to this size
-/// (a partial result of a 2^20-bit term is 128 KiB) leaves in one send,
-/// waking the peer once, instead of its small first segment in one send and
-/// its large one in another.
+/// Bytes of small writes a connection gathers before it sends. A message
+/// leaves in one send, waking the peer once: its table and small segments
+/// from the buffer, its large ones (a partial result of a 2^20-bit term is
+/// 128 KiB) from where they are, in the same vectored write.
 const WRITE_BUFFER: usize = 256 << 10;
 
 /// Bytes a TLS connection reads from its socket at a time. rustls reads its
@@ -109,6 +110,18 @@ impl<W: futures::AsyncWrite + Unpin> futures::AsyncWrite for Counted<W> {
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
         let polled = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = polled {
+            self.sent.0.set(self.sent.0.get() + n as u64);
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if let std::task::Poll::Ready(Ok(n)) = polled {
             self.sent.0.set(self.sent.0.get() + n as u64);
         }
@@ -282,7 +295,7 @@ fn network(
 ) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
     Box::new(vat::TwoParty::new(
         tokio::io::BufReader::new(reader),
-        futures::io::BufWriter::with_capacity(
+        writer::WriteBuffer::new(
             WRITE_BUFFER,
             Counted {
                 inner: writer.compat_write(),
