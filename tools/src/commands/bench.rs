@@ -7,8 +7,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use bitfold_rpc::client::{Answer, Client, Format};
+use bitfold_rpc::client::{Answer, Client, Format, Traffic};
 use bitfold_rpc::local::{CLIENT_TLS, LocalCluster, generate_tls};
+use bitfold_rpc::tls::Tls;
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -63,145 +64,258 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     dataset::queries(usize::try_from(vectors)?, shape, 0, args.seed).map_err(anyhow::Error::msg)?;
 
     if !args.tls {
-        let (report, cluster) = measure(&args, settings, shape, &generated, false)?;
+        let prepared = Prepared::start(&args, shape, &generated, false)?;
+        let round = prepared.round(settings)?;
+        let report = prepared.report(&args, settings, round)?;
         if args.json {
             println!("{}", serde_json::to_string(&report)?);
         } else {
-            report.print(&cluster);
+            report.print(&prepared.description);
         }
         return Ok(());
     }
-    // The same workload on the same data, plain and then with mutual TLS on
-    // every link, in this one process.
-    let (plain, plain_cluster) = measure(&args, settings, shape, &generated, false)?;
-    let (tls, tls_cluster) = measure(&args, settings, shape, &generated, true)?;
-    let comparison = TlsComparison::new(plain, tls);
+    // The same workload on the same data, plain and with mutual TLS on every
+    // link, in this one process: in rounds that take turns, in the order
+    // plain, TLS, TLS, plain, ..., so that a drift in the machine's speed
+    // (other work on it) weighs on both alike.
+    let plain = Prepared::start(&args, shape, &generated, false)?;
+    let tls = Prepared::start(&args, shape, &generated, true)?;
+    let round_settings = BenchSettings {
+        limit: match settings.limit {
+            Limit::Queries(count) => Limit::Queries(count.div_ceil(TLS_ROUNDS)),
+            Limit::Time(time) => Limit::Time(time / TLS_ROUNDS as u32),
+        },
+        ..settings
+    };
+    let (mut plain_rounds, mut tls_rounds) = (Vec::new(), Vec::new());
+    for round in 0..TLS_ROUNDS {
+        let tls_first = round % 2 == 1;
+        for encrypted in [tls_first, !tls_first] {
+            if encrypted {
+                tls_rounds.push(tls.round(round_settings)?);
+            } else {
+                plain_rounds.push(plain.round(round_settings)?);
+            }
+        }
+    }
+    let comparison = TlsComparison::new(
+        plain.report(&args, round_settings, Round::combined(plain_rounds))?,
+        tls.report(&args, round_settings, Round::combined(tls_rounds))?,
+    );
     if args.json {
         println!("{}", serde_json::to_string(&comparison)?);
     } else {
-        comparison.plain.print(&plain_cluster);
-        comparison.tls.print(&tls_cluster);
+        comparison.plain.print(&plain.description);
+        comparison.tls.print(&tls.description);
         comparison.print();
     }
     Ok(())
 }
 
-/// Starts a local cluster (with mutual TLS on every link if `tls`) or uses
-/// `--master`, loads the data set, runs the workload; the report and a
-/// description of the cluster.
-fn measure(
-    args: &BenchArgs,
-    settings: BenchSettings,
-    shape: Shape,
-    generated: &DataSet,
-    tls: bool,
-) -> anyhow::Result<(Report, String)> {
-    let dir = tempfile::tempdir().context("cannot create a directory for the local cluster")?;
-    // A local cluster serves until the run ends, when it is dropped.
-    let mut local = None;
-    let mut tls_folder = None;
-    let (master, cluster) = match &args.master {
-        Some(master) => (master.clone(), format!("the cluster at {master}")),
-        None => {
-            let mut config = numbered_cluster(args.slaves, args.replicas, 0)?;
-            config.group = args.group;
-            if !args.group.is_power_of_two() {
-                bail!("--group {} is not a power of two", args.group);
-            }
-            let (policy, plan) = (args.policy, args.plan);
-            if tls {
-                let folder = dir.path().join("tls");
-                generate_tls(&folder, &config)?;
-                tls_folder = Some(folder);
-            }
-            let started = local.insert(LocalCluster::start_tls(
-                dir.path(),
-                config,
-                "127.0.0.1:0",
-                tls_folder.as_deref(),
-                |o| {
-                    o.policy = policy;
-                    o.plan = plan;
-                },
-            )?);
-            let description = format!(
-                "a local cluster of {} slaves ({policy} coordinators, {plan} plan, group {}{})",
-                args.slaves,
-                args.group,
-                if tls { ", mutual TLS" } else { ", plain TCP" },
-            );
-            (started.master_addr().to_string(), description)
+/// Rounds each of `bench --tls`'s two clusters runs, taking turns.
+const TLS_ROUNDS: u64 = 4;
+
+/// A cluster with the data set loaded, and the workload's queries.
+struct Prepared {
+    /// A local cluster serves until it is dropped.
+    _local: Option<LocalCluster>,
+    _dir: tempfile::TempDir,
+    master: String,
+    client_tls: Option<Tls>,
+    /// The cluster, in words.
+    description: String,
+    catalog: BenchVectors,
+    queries: Vec<dataset::Query>,
+    messages: Vec<String>,
+    form: Format,
+}
+
+/// One measured run of the workload, and what it cost.
+struct Round {
+    measured: Measured,
+    /// CPU time of this process during the run.
+    cpu: Duration,
+    traffic: Traffic,
+    /// Rounds this is (each with its warm-up).
+    rounds: u64,
+}
+
+impl Round {
+    /// Rounds of the same workload as one.
+    fn combined(rounds: Vec<Round>) -> Round {
+        let mut rounds = rounds.into_iter();
+        let mut all = rounds.next().expect("at least one round");
+        for round in rounds {
+            all.measured.absorb(round.measured);
+            all.cpu += round.cpu;
+            all.traffic.read_bytes += round.traffic.read_bytes;
+            all.traffic.sent_bytes += round.traffic.sent_bytes;
+            all.rounds += round.rounds;
         }
-    };
+        all
+    }
+}
 
-    let client_tls = load_tls(tls_folder.map(|f| f.join(CLIENT_TLS)).as_deref())?;
-    let connect = || -> anyhow::Result<Client> {
-        Ok(match &client_tls {
-            Some(tls) => Client::connect_tls(&master, tls)?,
-            None => Client::connect(&master)?,
-        })
-    };
-    let client = connect()?;
-    let catalog = match &args.data {
-        Some(dir) => load_files(dir, connect()?, args.skip_load)?,
-        None => load_generated(generated, &client, args.skip_load)?,
-    };
-    drop(client);
-
-    let list_len = match settings.limit {
-        Limit::Queries(count) => (settings.warmup + count).min(MOST_DISTINCT_QUERIES),
-        Limit::Time(_) => MOST_DISTINCT_QUERIES,
-    };
-    let queries = dataset::queries(catalog.vids.len(), shape, list_len as usize, args.seed)
+impl Prepared {
+    /// Starts a local cluster (with mutual TLS on every link if `tls`) or
+    /// uses `--master`, and loads the data set.
+    fn start(
+        args: &BenchArgs,
+        shape: Shape,
+        generated: &DataSet,
+        tls: bool,
+    ) -> anyhow::Result<Prepared> {
+        let dir = tempfile::tempdir().context("cannot create a directory for the local cluster")?;
+        let mut local = None;
+        let mut tls_folder = None;
+        let (master, description) = match &args.master {
+            Some(master) => (master.clone(), format!("the cluster at {master}")),
+            None => {
+                let mut config = numbered_cluster(args.slaves, args.replicas, 0)?;
+                config.group = args.group;
+                if !args.group.is_power_of_two() {
+                    bail!("--group {} is not a power of two", args.group);
+                }
+                let (policy, plan) = (args.policy, args.plan);
+                if tls {
+                    let folder = dir.path().join("tls");
+                    generate_tls(&folder, &config)?;
+                    tls_folder = Some(folder);
+                }
+                let started = local.insert(LocalCluster::start_tls(
+                    dir.path(),
+                    config,
+                    "127.0.0.1:0",
+                    tls_folder.as_deref(),
+                    |o| {
+                        o.policy = policy;
+                        o.plan = plan;
+                    },
+                )?);
+                let description = format!(
+                    "a local cluster of {} slaves ({policy} coordinators, {plan} plan, group {}{})",
+                    args.slaves,
+                    args.group,
+                    if tls { ", mutual TLS" } else { ", plain TCP" },
+                );
+                (started.master_addr().to_string(), description)
+            }
+        };
+        let client_tls = load_tls(tls_folder.map(|f| f.join(CLIENT_TLS)).as_deref())?;
+        let mut prepared = Prepared {
+            _local: local,
+            _dir: dir,
+            master,
+            client_tls,
+            description,
+            catalog: BenchVectors::default(),
+            queries: Vec::new(),
+            messages: Vec::new(),
+            form: args.form,
+        };
+        let client = prepared.connect()?;
+        prepared.catalog = match &args.data {
+            Some(dir) => load_files(dir, prepared.connect()?, args.skip_load)?,
+            None => load_generated(generated, &client, args.skip_load)?,
+        };
+        drop(client);
+        prepared.queries = dataset::queries(
+            prepared.catalog.vids.len(),
+            shape,
+            MOST_DISTINCT_QUERIES as usize,
+            args.seed,
+        )
         .map_err(anyhow::Error::msg)?;
-    let messages: Vec<String> = queries.iter().map(|q| q.message(&catalog.vids)).collect();
-    let form = args.form;
-    let bar = progress_bar(settings.limit);
-    let traffic_before = connect()?.traffic()?;
-    let cpu_before = process_cpu();
-    let measured = harness::run(
-        messages.len(),
-        settings,
-        connect,
-        |client, i| {
-            let answer = client
-                .query(&messages[i], form)
-                .with_context(|| format!("query {} failed", messages[i]))?;
-            // A vector answer is checked by its length: counting its bits
-            // here would charge the client's work to the cluster.
-            Ok(match answer {
-                Answer::Count(count) => Reply {
-                    answer: count,
-                    bytes: 0,
-                },
-                Answer::Words(bytes) | Answer::Roaring(bytes) => Reply {
-                    answer: bytes.len() as u64,
-                    bytes: bytes.len() as u64,
-                },
-            })
-        },
-        |i| queries[i].bytes(&catalog.sizes),
-        |done| bar.set_position(done),
-    )?;
-    let cpu = process_cpu().saturating_sub(cpu_before);
-    let traffic = connect()?.traffic()?.since(traffic_before);
-    bar.finish_and_clear();
-    if !measured.inconsistent.is_empty() {
-        let i = measured.inconsistent[0];
-        bail!(
-            "the cluster answered {} differently on two runs: the answers are not exact",
-            messages[i]
-        );
+        prepared.messages = prepared
+            .queries
+            .iter()
+            .map(|q| q.message(&prepared.catalog.vids))
+            .collect();
+        Ok(prepared)
     }
-    let mut report = Report::new(args, &catalog, &measured);
-    let asked = (measured.queries + settings.warmup).max(1) as f64;
-    report.read_bytes_per_query = traffic.read_bytes as f64 / asked;
-    report.sent_bytes_per_query = traffic.sent_bytes as f64 / asked;
-    if args.master.is_none() {
-        // The whole cluster runs in this process: its CPU time is the cluster's.
-        report.cpu_ms_per_query = Some(cpu.as_secs_f64() * 1e3 / asked);
+
+    fn connect(&self) -> anyhow::Result<Client> {
+        Ok(match &self.client_tls {
+            Some(tls) => Client::connect_tls(&self.master, tls)?,
+            None => Client::connect(&self.master)?,
+        })
     }
-    Ok((report, cluster))
+
+    /// Runs the workload once, as `settings` say.
+    fn round(&self, settings: BenchSettings) -> anyhow::Result<Round> {
+        let list_len = match settings.limit {
+            Limit::Queries(count) => (settings.warmup + count).min(MOST_DISTINCT_QUERIES) as usize,
+            Limit::Time(_) => self.messages.len(),
+        };
+        let (form, messages) = (self.form, &self.messages[..list_len]);
+        let bar = progress_bar(settings.limit);
+        let traffic_before = self.connect()?.traffic()?;
+        let cpu_before = process_cpu();
+        let measured = harness::run(
+            messages.len(),
+            settings,
+            || self.connect(),
+            |client, i| {
+                let answer = client
+                    .query(&messages[i], form)
+                    .with_context(|| format!("query {} failed", messages[i]))?;
+                // A vector answer is checked by its length: counting its bits
+                // here would charge the client's work to the cluster.
+                Ok(match answer {
+                    Answer::Count(count) => Reply {
+                        answer: count,
+                        bytes: 0,
+                    },
+                    Answer::Words(bytes) | Answer::Roaring(bytes) => Reply {
+                        answer: bytes.len() as u64,
+                        bytes: bytes.len() as u64,
+                    },
+                })
+            },
+            |i| self.queries[i].bytes(&self.catalog.sizes),
+            |done| bar.set_position(done),
+        )?;
+        let cpu = process_cpu().saturating_sub(cpu_before);
+        let traffic = self.connect()?.traffic()?.since(traffic_before);
+        bar.finish_and_clear();
+        Ok(Round {
+            measured,
+            cpu,
+            traffic,
+            rounds: 1,
+        })
+    }
+
+    /// The report of `round`, run with `settings` (its warm-up counted
+    /// once per round in what each query cost).
+    fn report(
+        &self,
+        args: &BenchArgs,
+        settings: BenchSettings,
+        round: Round,
+    ) -> anyhow::Result<Report> {
+        let Round {
+            measured,
+            cpu,
+            traffic,
+            rounds,
+        } = round;
+        if let Some(&i) = measured.inconsistent.first() {
+            bail!(
+                "the cluster answered {} differently on two runs: the answers are not exact",
+                self.messages[i]
+            );
+        }
+        let mut report = Report::new(args, &self.catalog, &measured);
+        let asked = (measured.queries + settings.warmup * rounds).max(1) as f64;
+        report.read_bytes_per_query = traffic.read_bytes as f64 / asked;
+        report.sent_bytes_per_query = traffic.sent_bytes as f64 / asked;
+        if args.master.is_none() {
+            // The whole cluster runs in this process: its CPU time is the cluster's.
+            report.cpu_ms_per_query = Some(cpu.as_secs_f64() * 1e3 / asked);
+        }
+        Ok(report)
+    }
 }
 
 fn check_settings(settings: &BenchSettings) -> anyhow::Result<()> {
@@ -216,6 +330,7 @@ fn check_settings(settings: &BenchSettings) -> anyhow::Result<()> {
 }
 
 /// The vectors a workload runs over: vids ascending, with the bytes of each.
+#[derive(Default)]
 struct BenchVectors {
     vids: Vec<u64>,
     sizes: Vec<u64>,
