@@ -52,6 +52,11 @@ const WRITE_BUFFER: usize = 256 << 10;
 /// costs a read call per 4 KiB.
 const TLS_READ_BUFFER: usize = 256 << 10;
 
+/// Bytes of sealed records a TLS connection holds before it writes them to
+/// its socket: a whole write buffer ([`WRITE_BUFFER`]) leaves in one
+/// `writev`, where rustls's default of 64 KiB took up to four.
+const TLS_SEND_BUFFER: usize = WRITE_BUFFER + (64 << 10);
+
 /// A socket as TLS reads it: through [`TLS_READ_BUFFER`].
 type Buffered = tokio::io::BufReader<TcpStream>;
 
@@ -267,10 +272,14 @@ fn plain(stream: TcpStream, side: Side, sent: Sent) -> Box<dyn capnp_rpc::VatNet
 /// A TLS connection's network; a read that fails because the peer refused
 /// this end's certificate says so.
 fn encrypted(
-    stream: TlsStream<Buffered>,
+    mut stream: TlsStream<Buffered>,
     side: Side,
     sent: Sent,
 ) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
+    match &mut stream {
+        TlsStream::Client(s) => s.get_mut().1.set_buffer_limit(Some(TLS_SEND_BUFFER)),
+        TlsStream::Server(s) => s.get_mut().1.set_buffer_limit(Some(TLS_SEND_BUFFER)),
+    }
     let role = match side {
         Side::Client => Role::Client,
         Side::Server => Role::Server,
