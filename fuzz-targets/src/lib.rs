@@ -5,12 +5,14 @@
 //! in `tests/regressions.rs` replays every input under
 //! `fuzz/regressions/<target>/` on stable, so a fixed crash stays fixed.
 
+mod framing;
 mod pairs;
 mod portable;
 mod query;
 mod store;
 mod wire;
 
+pub use framing::framing;
 pub use pairs::pairs;
 pub use portable::portable;
 pub use query::query;
@@ -22,10 +24,11 @@ pub type Target = fn(data: &[u8]);
 
 /// Every target by name, as `fuzz/fuzz_targets/<name>.rs` and
 /// `fuzz/regressions/<name>/` name it.
-pub const TARGETS: [(&str, Target); 5] = [
+pub const TARGETS: [(&str, Target); 6] = [
     ("query", query),
     ("portable", portable),
     ("pairs", pairs),
     ("store", store),
     ("wire", wire),
+    ("framing", framing),
 ];

@@ -11,7 +11,7 @@ use std::ops::Deref;
 
 use bitfold_engine::fold::{Term, UnionPlan};
 use capnp::Word;
-use capnp::message::Reader;
+use capnp::message::{Reader, ReaderSegments};
 use capnp::serialize::BufferSegments;
 
 use crate::bitfold_capnp::{part, vid_vector};
@@ -41,6 +41,35 @@ pub fn read_message(bytes: &[u8]) -> capnp::Result<Reader<BufferSegments<Words>>
         BufferSegments::new(Words(words), options)?,
         options,
     ))
+}
+
+/// Reads `bytes` as a connection reads its stream: message after message,
+/// each into a buffer of its own, until the stream ends cleanly or a
+/// message is refused. The segments of every message read, and the error
+/// that stopped the reading, if one did.
+pub fn read_stream(bytes: &[u8]) -> (Vec<Vec<Vec<u8>>>, Option<capnp::Error>) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime without drivers starts");
+    runtime.block_on(async {
+        let mut stream = bytes;
+        let mut messages = Vec::new();
+        loop {
+            match crate::net::framing::read_message(&mut stream, crate::net::reader_options()).await
+            {
+                Ok(Some(message)) => {
+                    let segments = message.into_segments();
+                    messages.push(
+                        (0..)
+                            .map_while(|id| segments.get_segment(id).map(<[u8]>::to_vec))
+                            .collect(),
+                    );
+                }
+                Ok(None) => return (messages, None),
+                Err(err) => return (messages, Some(err)),
+            }
+        }
+    })
 }
 
 /// The words of a message, read as bytes: what [`read_message`] reads.

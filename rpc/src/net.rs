@@ -33,7 +33,7 @@ use tokio_util::compat::TokioAsyncWriteCompatExt;
 use crate::bitfold_capnp::slave;
 use crate::tls::Tls;
 
-mod framing;
+pub(crate) mod framing;
 mod vat;
 mod writer;
 

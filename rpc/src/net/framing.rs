@@ -5,8 +5,8 @@
 //! answer that is one more pass over every byte, on every hop. Here the
 //! segments are read straight into a buffer's spare capacity, and the table
 //! is checked before anything is allocated: a message announced over
-//! [`MAX_MESSAGE_WORDS`] is refused naming the bound, before its body is
-//! read. Cap'n Proto reads a segment only when it is 8-byte aligned; the
+//! [`MAX_MESSAGE_WORDS`] (or with more segments than Cap'n Proto reads) is
+//! refused naming the bound, before its body is read. Cap'n Proto reads a segment only when it is 8-byte aligned; the
 //! buffer's alignment is checked, and a misaligned one is copied once into
 //! words.
 
@@ -17,11 +17,12 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::MAX_MESSAGE_WORDS;
 
-/// The most segments a message may have (Cap'n Proto's own limit).
-const MAX_SEGMENTS: usize = 512;
+/// The most segments a message may have: Cap'n Proto's own reader refuses
+/// 512 or more.
+const MAX_SEGMENTS: usize = 511;
 
 /// A received message's segments, in one buffer.
-pub(super) struct Segments {
+pub(crate) struct Segments {
     body: Body,
     /// Where each segment ends, in words from the start of the body.
     ends: Vec<usize>,
@@ -36,6 +37,13 @@ enum Body {
 }
 
 impl Body {
+    /// `bytes` (whole words), copied into words.
+    fn copied(bytes: &[u8]) -> Body {
+        let mut words = Word::allocate_zeroed_vec(bytes.len() / 8);
+        Word::words_to_bytes_mut(&mut words).copy_from_slice(bytes);
+        Body::Copied(words)
+    }
+
     fn bytes(&self) -> &[u8] {
         match self {
             Body::Read(bytes) => bytes,
@@ -62,7 +70,7 @@ impl ReaderSegments for Segments {
 
 /// Reads the next message from `reader`; `None` when the stream ends
 /// cleanly between messages.
-pub(super) async fn read_message<R: AsyncRead + Unpin>(
+pub(crate) async fn read_message<R: AsyncRead + Unpin>(
     reader: &mut R,
     options: ReaderOptions,
 ) -> capnp::Result<Option<Reader<Segments>>> {
@@ -109,11 +117,7 @@ pub(super) async fn read_message<R: AsyncRead + Unpin>(
     }
     let body = match bytes.as_ptr() as usize % 8 {
         0 => Body::Read(bytes),
-        _ => {
-            let mut words = Word::allocate_zeroed_vec(len / 8);
-            Word::words_to_bytes_mut(&mut words).copy_from_slice(&bytes);
-            Body::Copied(words)
-        }
+        _ => Body::copied(&bytes),
     };
     let ends = ends
         .into_iter()
@@ -266,6 +270,24 @@ mod tests {
         });
     }
 
+    /// The copy a misaligned buffer gets (no allocator here returns one)
+    /// holds the same segments, aligned.
+    #[test]
+    fn a_copied_body_serves_the_same_segments() {
+        let bytes: Vec<u8> = (0..48).collect();
+        let segments = Segments {
+            body: Body::copied(&bytes[8..40]),
+            ends: vec![1, 1, 4],
+        };
+        assert_eq!(segments.len(), 3);
+        assert_eq!(segments.get_segment(0), Some(&bytes[8..16]));
+        assert_eq!(segments.get_segment(1), Some(&[][..]));
+        assert_eq!(segments.get_segment(2), Some(&bytes[16..40]));
+        assert_eq!(segments.get_segment(3), None);
+        let first = segments.get_segment(0).unwrap();
+        assert_eq!(first.as_ptr() as usize % 8, 0);
+    }
+
     #[test]
     fn a_message_announced_over_the_bound_is_refused_naming_it() {
         let mut stream = framed(2, 1);
@@ -293,7 +315,7 @@ mod tests {
         let err = read_all(&table, 4096).unwrap_err();
         assert_eq!(
             err.extra,
-            "4294967296 segments in one message, more than the 512 allowed"
+            "4294967296 segments in one message, more than the 511 allowed"
         );
         let whole = framed(3, 2);
         // A TLS alert is 7 bytes: not even the table's first word.
