@@ -108,6 +108,19 @@ struct Counted<W> {
     sent: Sent,
 }
 
+impl<W> Counted<W> {
+    /// Adds what a write wrote to [`Sent`], and passes its outcome on.
+    fn count(
+        &self,
+        polled: std::task::Poll<std::io::Result<usize>>,
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if let std::task::Poll::Ready(Ok(n)) = polled {
+            self.sent.0.set(self.sent.0.get() + n as u64);
+        }
+        polled
+    }
+}
+
 impl<W: futures::AsyncWrite + Unpin> futures::AsyncWrite for Counted<W> {
     fn poll_write(
         mut self: std::pin::Pin<&mut Self>,
@@ -115,10 +128,7 @@ impl<W: futures::AsyncWrite + Unpin> futures::AsyncWrite for Counted<W> {
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
         let polled = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let std::task::Poll::Ready(Ok(n)) = polled {
-            self.sent.0.set(self.sent.0.get() + n as u64);
-        }
-        polled
+        self.count(polled)
     }
 
     fn poll_write_vectored(
@@ -127,10 +137,7 @@ impl<W: futures::AsyncWrite + Unpin> futures::AsyncWrite for Counted<W> {
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
         let polled = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if let std::task::Poll::Ready(Ok(n)) = polled {
-            self.sent.0.set(self.sent.0.get() + n as u64);
-        }
-        polled
+        self.count(polled)
     }
 
     fn poll_flush(

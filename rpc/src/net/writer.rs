@@ -36,21 +36,24 @@ impl<W: AsyncWrite + Unpin> WriteBuffer<W> {
 
     /// Writes everything buffered.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        while self.written < self.buffer.len() {
+        while !self.buffer.is_empty() {
             let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buffer[self.written..]))?;
             self.advance(n)?;
         }
-        self.buffer.clear();
-        self.written = 0;
         Poll::Ready(Ok(()))
     }
 
-    /// Counts `n` more buffered bytes as written.
+    /// Counts `n` more buffered bytes as written; once all are, the buffer
+    /// is empty again.
     fn advance(&mut self, n: usize) -> std::io::Result<()> {
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
         self.written += n;
+        if self.written == self.buffer.len() {
+            self.buffer.clear();
+            self.written = 0;
+        }
         Ok(())
     }
 }
@@ -70,7 +73,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for WriteBuffer<W> {
             return Poll::Ready(Ok(buf.len()));
         }
         // What is buffered goes first, in the same call where it can.
-        while this.written < this.buffer.len() {
+        while !this.buffer.is_empty() {
             let pending = this.buffer.len() - this.written;
             let slices = [
                 IoSlice::new(&this.buffer[this.written..]),
@@ -79,13 +82,9 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for WriteBuffer<W> {
             let n = ready!(Pin::new(&mut this.inner).poll_write_vectored(cx, &slices))?;
             this.advance(n.min(pending))?;
             if n > pending {
-                this.buffer.clear();
-                this.written = 0;
                 return Poll::Ready(Ok(n - pending));
             }
         }
-        this.buffer.clear();
-        this.written = 0;
         Pin::new(&mut this.inner).poll_write(cx, buf)
     }
 
