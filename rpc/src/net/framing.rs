@@ -6,9 +6,10 @@
 //! segments are read straight into a buffer's spare capacity, and the table
 //! is checked before anything is allocated: a message announced over
 //! [`MAX_MESSAGE_WORDS`] (or with more segments than Cap'n Proto reads) is
-//! refused naming the bound, before its body is read. Cap'n Proto reads a segment only when it is 8-byte aligned; the
-//! buffer's alignment is checked, and a misaligned one is copied once into
-//! words.
+//! refused naming the bound, before its body is read, and the buffer grows
+//! with the bytes that arrive rather than with what the table announced.
+//! Cap'n Proto reads a segment only when it is 8-byte aligned; the buffer's
+//! alignment is checked, and a misaligned one is copied once into words.
 
 use bytes::BufMut;
 use capnp::Word;
@@ -20,6 +21,13 @@ use super::MAX_MESSAGE_WORDS;
 /// The most segments a message may have: Cap'n Proto's own reader refuses
 /// 512 or more.
 const MAX_SEGMENTS: usize = 511;
+
+/// Bytes of a message's body reserved before any of it arrives. A peer's
+/// table is believed only this far: one that announces a gigabyte and
+/// sends nothing costs this much, not the gigabyte. A larger message's
+/// buffer doubles as its bytes come in (the largest a query sends, a 2^26-bit
+/// vector as words, fits without growing).
+const FIRST_RESERVE: usize = 16 << 20;
 
 /// A received message's segments, in one buffer.
 pub(crate) struct Segments {
@@ -108,10 +116,14 @@ pub(crate) async fn read_message<R: AsyncRead + Unpin>(
         )));
     }
     let len = usize::try_from(words * 8).expect("bounded by MAX_MESSAGE_WORDS");
-    let mut bytes = Vec::with_capacity(len);
+    let mut bytes = Vec::with_capacity(len.min(FIRST_RESERVE));
     while bytes.len() < len {
-        let left = len - bytes.len();
-        if reader.read_buf(&mut (&mut bytes).limit(left)).await? == 0 {
+        if bytes.len() == bytes.capacity() {
+            // Past FIRST_RESERVE the buffer doubles as the bytes arrive.
+            bytes.reserve_exact((len - bytes.len()).min(bytes.capacity()));
+        }
+        let room = (len - bytes.len()).min(bytes.capacity() - bytes.len());
+        if reader.read_buf(&mut (&mut bytes).limit(room)).await? == 0 {
             return Err(closed_mid_message());
         }
     }
@@ -234,6 +246,32 @@ mod tests {
                 .collect();
             assert_eq!(read, shapes, "chunk {chunk}");
             assert!(messages.iter().flatten().flatten().all(|&b| b == 7));
+        }
+    }
+
+    #[test]
+    fn a_message_over_the_first_reserve_reads_whole_as_its_bytes_arrive() {
+        // Two segments, the second ending past FIRST_RESERVE by a few words.
+        let first = 3u32;
+        let second = (FIRST_RESERVE / 8) as u32 + 5;
+        let mut stream = 1u32.to_le_bytes().to_vec();
+        stream.extend(first.to_le_bytes());
+        stream.extend(second.to_le_bytes());
+        stream.extend([0; 4]);
+        let body: Vec<u8> = (0..8 * (first + second) as usize)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        stream.extend(&body);
+        stream.extend(framed(1, 2));
+        for chunk in [1 << 20, 3 << 20] {
+            let messages = read_all(&stream, chunk).unwrap();
+            assert_eq!(messages.len(), 2, "chunk {chunk}");
+            assert_eq!(messages[0][0], body[..8 * first as usize], "chunk {chunk}");
+            assert!(
+                messages[0][1] == body[8 * first as usize..],
+                "chunk {chunk}"
+            );
+            assert_eq!(messages[1], vec![vec![7u8; 16]], "chunk {chunk}");
         }
     }
 
