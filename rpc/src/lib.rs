@@ -2,7 +2,8 @@
 //! and the client a DBMS links, over Cap'n Proto RPC (`schema/bitfold.capnp`).
 //!
 //! - [`client::Client`]: a blocking client of the master (query, import,
-//!   status), usable from any thread.
+//!   status), usable from any thread; [`client::LocalClient`], the same
+//!   calls run by the calling thread, one per thread.
 //! - [`master::run`]: serves the DBMS interface; parses ([`query`]), plans
 //!   over its durable [`catalog`] with [`placement`], picks a coordinator,
 //!   retries around failed machines.

@@ -71,12 +71,17 @@ pub(crate) fn reader_options() -> ReaderOptions {
     options
 }
 
-/// Runs `main` to completion on a fresh current-thread runtime, inside a `LocalSet`.
-pub(crate) fn block_on_local<F: Future>(main: F) -> std::io::Result<F::Output> {
+/// A current-thread runtime and a `LocalSet` to run capnp-rpc on.
+pub(crate) fn local_runtime() -> std::io::Result<(tokio::runtime::Runtime, tokio::task::LocalSet)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let local = tokio::task::LocalSet::new();
+    Ok((runtime, tokio::task::LocalSet::new()))
+}
+
+/// Runs `main` to completion on a fresh [`local_runtime`].
+pub(crate) fn block_on_local<F: Future>(main: F) -> std::io::Result<F::Output> {
+    let (runtime, local) = local_runtime()?;
     Ok(local.block_on(&runtime, main))
 }
 

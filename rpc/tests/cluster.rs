@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use bitfold_engine::{VectorBuf, portable};
-use bitfold_rpc::client::{Answer, ErrorKind, Format};
+use bitfold_rpc::client::{Answer, Error, ErrorKind, Format, LocalClient};
 use bitfold_rpc::master::PlanChoice;
 use common::{Oracle, TestCluster, bits_of, check, import};
 
@@ -453,17 +453,73 @@ fn clients_work_from_many_threads() {
 }
 
 #[test]
+fn a_local_client_answers_as_a_client_does() {
+    let cluster = TestCluster::start(4, 1);
+    let addr = cluster.local_master_addr();
+    let local = LocalClient::connect(&addr).unwrap();
+    let mut oracle = Oracle::default();
+    import(&local, &mut oracle, &data());
+    let client = cluster.client();
+    for (message, terms) in queries() {
+        let expected = oracle.range(&terms);
+        check(&local, message, &expected);
+        check(&client, message, &expected);
+    }
+    let vectors = |status: Vec<bitfold_rpc::client::SlaveStatus>| -> Vec<u64> {
+        status.iter().map(|s| s.vectors).collect()
+    };
+    assert_eq!(
+        vectors(local.status().unwrap()),
+        vectors(client.status().unwrap())
+    );
+    let err = local.query("R:5-", Format::Count).unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::BadQuery), "{err}");
+    check(&local, "R:3-30", &oracle.range(&[(3, 30)]));
+}
+
+#[test]
+fn a_local_client_refuses_to_block_an_async_runtime() {
+    let cluster = TestCluster::start(2, 1);
+    let local = LocalClient::connect(&cluster.local_master_addr()).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let err = runtime
+        .block_on(async { local.query("R:0", Format::Count) })
+        .unwrap_err();
+    assert_eq!(err, Error::InsideRuntime);
+    assert!(err.to_string().contains("use a Client"), "{err}");
+    assert_eq!(
+        local.query("R:0", Format::Count).unwrap(),
+        Answer::Count(0),
+        "outside the runtime it answers"
+    );
+}
+
+#[test]
+fn a_local_client_carries_on_after_a_master_restart() {
+    let mut cluster = TestCluster::start(4, 1);
+    let local = LocalClient::connect(&cluster.local_master_addr()).unwrap();
+    let mut oracle = Oracle::default();
+    import(&local, &mut oracle, &data());
+    cluster.restart_master();
+    // The master is on the same address; nothing read the old connection's
+    // end while no call ran, yet the next call is answered.
+    check(&local, "R:0-60&30-90", &oracle.range(&[(0, 60), (30, 90)]));
+}
+
+#[test]
 fn connecting_to_nothing_says_how_to_fix_it() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     drop(listener);
-    let err = bitfold_rpc::client::Client::connect(&addr).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        format!(
-            "cannot reach the master at {addr}: connection refused (start it with `bitfold up`)"
-        )
+    let expected = format!(
+        "cannot reach the master at {addr}: connection refused (start it with `bitfold up`)"
     );
+    let err = bitfold_rpc::client::Client::connect(&addr).unwrap_err();
+    assert_eq!(err.to_string(), expected);
+    let err = LocalClient::connect(&addr).unwrap_err();
+    assert_eq!(err.to_string(), expected);
 }
 
 #[test]

@@ -79,7 +79,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             ErrorKind::Internal => 1,
         },
         Some(client::Error::Connect { .. }) => 5,
-        Some(client::Error::Protocol(_)) | None => 1,
+        Some(client::Error::Protocol(_) | client::Error::InsideRuntime) | None => 1,
     }
 }
 

@@ -79,6 +79,13 @@ pub enum Error {
     /// The master's answer made no sense (a version mismatch or a bug).
     #[error("unexpected answer from the master: {0}")]
     Protocol(String),
+    /// A [`LocalClient`](super::LocalClient) was called on a thread that
+    /// runs an async runtime: the call would block the runtime's thread.
+    #[error(
+        "a LocalClient cannot be called from inside an async runtime (its calls block the \
+         thread): use a Client, whose calls run on a thread of its own"
+    )]
+    InsideRuntime,
 }
 
 impl Error {

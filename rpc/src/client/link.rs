@@ -59,12 +59,8 @@ pub(super) fn serve_calls(
     ready: mpsc::SyncSender<Result<(), Error>>,
 ) {
     let ran = net::block_on_local(async move {
-        let link = Rc::new(Link {
-            addr: addr.clone(),
-            tls,
-            connection: RefCell::new(None),
-        });
-        let first = link.client().await.map(|_| ());
+        let link = Rc::new(Link::new(addr, tls));
+        let first = link.connect().await;
         let failed = first.is_err();
         let _ = ready.send(first);
         if failed {
@@ -81,13 +77,27 @@ pub(super) fn serve_calls(
 }
 
 /// The connection to the master, re-established after a failure.
-struct Link {
+pub(super) struct Link {
     addr: String,
     tls: Option<Tls>,
     connection: RefCell<Option<Rc<Connection<master::Client>>>>,
 }
 
 impl Link {
+    /// A link to the master at `addr`, not connected yet.
+    pub(super) fn new(addr: String, tls: Option<Tls>) -> Link {
+        Link {
+            addr,
+            tls,
+            connection: RefCell::new(None),
+        }
+    }
+
+    /// Connects, unless connected already.
+    pub(super) async fn connect(&self) -> Result<(), Error> {
+        self.client().await.map(|_| ())
+    }
+
     async fn client(&self) -> Result<Rc<Connection<master::Client>>, Error> {
         if let Some(connection) = self.connection.borrow().as_ref() {
             // A master that was restarted closed the old connection: reconnect.
@@ -157,7 +167,8 @@ impl Link {
         }
     }
 
-    async fn run(&self, call: Call, timeout: Duration) {
+    /// Runs `call`, giving up after `timeout`, and sends its result to the call's reply.
+    pub(super) async fn run(&self, call: Call, timeout: Duration) {
         match call {
             Call::Query {
                 message,

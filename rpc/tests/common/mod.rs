@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bitfold_engine::store::Store;
-use bitfold_engine::{VectorBuf, portable};
-use bitfold_rpc::client::{Answer, Client, Format};
+use bitfold_engine::{VectorBuf, VectorPart, portable};
+use bitfold_rpc::client::{Answer, Client, Error, Format, LocalClient};
 use bitfold_rpc::cluster::ClusterConfig;
 use bitfold_rpc::local::{LocalCluster, Server, loopback};
 use bitfold_rpc::master::MasterOptions;
@@ -104,6 +104,11 @@ impl TestCluster {
         }
     }
 
+    /// The master's address, `HOST:PORT`.
+    pub fn local_master_addr(&self) -> String {
+        self.local.master_addr().to_string()
+    }
+
     pub fn client(&self) -> Client {
         Client::connect(&self.local.master_addr().to_string()).expect("the master answers")
     }
@@ -159,8 +164,34 @@ impl TestCluster {
 mod oracle;
 pub use oracle::Oracle;
 
+/// A client of either kind, as the helpers below call it.
+pub trait Ask {
+    fn query(&self, message: &str, format: Format) -> Result<Answer, Error>;
+    fn import(&self, batch: &[(u64, VectorPart<'_>)]) -> Result<(), Error>;
+}
+
+impl Ask for Client {
+    fn query(&self, message: &str, format: Format) -> Result<Answer, Error> {
+        Client::query(self, message, format)
+    }
+
+    fn import(&self, batch: &[(u64, VectorPart<'_>)]) -> Result<(), Error> {
+        Client::import(self, batch)
+    }
+}
+
+impl Ask for LocalClient {
+    fn query(&self, message: &str, format: Format) -> Result<Answer, Error> {
+        LocalClient::query(self, message, format)
+    }
+
+    fn import(&self, batch: &[(u64, VectorPart<'_>)]) -> Result<(), Error> {
+        LocalClient::import(self, batch)
+    }
+}
+
 /// Imports `(vid, bits)` through the client and records them in the oracle.
-pub fn import(client: &Client, oracle: &mut Oracle, vectors: &[(u64, Vec<u32>)]) {
+pub fn import(client: &impl Ask, oracle: &mut Oracle, vectors: &[(u64, Vec<u32>)]) {
     let bufs: Vec<(u64, VectorBuf)> = vectors
         .iter()
         .map(|(vid, bits)| (*vid, VectorBuf::from_bits(bits.clone())))
@@ -205,7 +236,7 @@ pub fn bits_of(answer: &Answer) -> BTreeSet<u32> {
 
 /// Runs `message` in all three forms and checks each against `expected`.
 #[track_caller]
-pub fn check(client: &Client, message: &str, expected: &BTreeSet<u32>) {
+pub fn check(client: &impl Ask, message: &str, expected: &BTreeSet<u32>) {
     for format in [Format::Words, Format::Roaring] {
         let answer = client
             .query(message, format)

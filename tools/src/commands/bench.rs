@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use bitfold_rpc::client::{Answer, Client, Format, Traffic};
+use bitfold_rpc::client::{Answer, Client, Format, LocalClient, Traffic};
 use bitfold_rpc::local::{CLIENT_TLS, LocalCluster, generate_tls};
 use bitfold_rpc::tls::Tls;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -241,6 +241,14 @@ impl Prepared {
         })
     }
 
+    /// A querying thread's own connection, run by that thread.
+    fn connect_here(&self) -> anyhow::Result<LocalClient> {
+        Ok(match &self.client_tls {
+            Some(tls) => LocalClient::connect_tls(&self.master, tls)?,
+            None => LocalClient::connect(&self.master)?,
+        })
+    }
+
     /// Runs the workload once, as `settings` say.
     fn round(&self, settings: BenchSettings) -> anyhow::Result<Round> {
         let list_len = match settings.limit {
@@ -254,7 +262,7 @@ impl Prepared {
         let measured = harness::run(
             messages.len(),
             settings,
-            || self.connect(),
+            || self.connect_here(),
             |client, i| {
                 let answer = client
                     .query(&messages[i], form)

@@ -164,9 +164,18 @@ pub fn print_outcome(args: &Args, redis_version: &str, outcome: &Outcome) {
         outcome.bitfold_read_bytes_per_query / f64::from(1 << 20),
         outcome.bitfold_sent_bytes_per_query / f64::from(1 << 20)
     );
+    let cpu_share = match (
+        outcome.figures(System::Bitfold).cpu_ms_per_query,
+        outcome.figures(System::Redis).cpu_ms_per_query,
+    ) {
+        (Some(bitfold), Some(redis)) if redis > 0.0 => {
+            format!(" at {:.2} of its CPU per query", bitfold / redis)
+        }
+        _ => String::new(),
+    };
     let _ = writeln!(
         text,
-        "bitfold / Redis {:.2} (target >= 1.5); bitfold / roaring-rs {:.2} (target >= 0.5); bitfold / roof {:.2}",
+        "bitfold / Redis {:.2}{cpu_share}; bitfold / roaring-rs {:.2}; bitfold / roof {:.2}",
         outcome.bitfold_over_redis, outcome.bitfold_over_roaring, outcome.bitfold_over_roof
     );
     let _ = writeln!(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use bitfold_benches::read_roof_parallel;
 use bitfold_engine::{VectorBuf, VectorPart, words};
-use bitfold_rpc::client::{Answer, Client, Format};
+use bitfold_rpc::client::{Answer, Client, Format, LocalClient};
 use bitfold_rpc::local::{LocalCluster, loopback};
 use bitfold_workload::dataset::{self, DataSet, Query, Shape, part_bytes};
 use bitfold_workload::harness::{self, BenchSettings, Limit, Measured, Reply, process_cpu};
@@ -217,7 +217,7 @@ impl<'s> Systems<'s> {
                     queries.len(),
                     settings,
                     || {
-                        Client::connect(&self.bitfold.master_addr().to_string())
+                        LocalClient::connect(&self.bitfold.master_addr().to_string())
                             .map_err(anyhow::Error::from)
                     },
                     |client, i| {
