@@ -107,21 +107,6 @@ pub(crate) fn runs_bytes(runs: &[VidRun]) -> Vec<u64> {
     runs.iter().flat_map(|r| [r.first, r.last]).collect()
 }
 
-/// `runs` sorted, with overlapping and touching runs merged into one.
-pub(crate) fn merged(mut runs: Vec<VidRun>) -> Vec<VidRun> {
-    runs.sort_unstable();
-    let mut out: Vec<VidRun> = Vec::with_capacity(runs.len());
-    for run in runs {
-        match out.last_mut() {
-            Some(last) if run.first <= last.last.saturating_add(1) => {
-                last.last = last.last.max(run.last);
-            }
-            _ => out.push(run),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,17 +169,5 @@ mod tests {
             let err = read_runs(bytemuck::cast_slice(&bad)).unwrap_err();
             assert!(err.to_string().contains(what), "{bad:?}: {err}");
         }
-    }
-
-    #[test]
-    fn merged_joins_overlapping_and_touching_runs() {
-        let out = merged(vec![
-            run(8, 9),
-            run(0, 3),
-            run(4, 5),
-            run(2, 2),
-            run(11, u64::MAX),
-        ]);
-        assert_eq!(out, [run(0, 5), run(8, 9), run(11, u64::MAX)]);
     }
 }

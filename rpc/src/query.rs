@@ -31,6 +31,8 @@
 
 use std::fmt;
 
+use bitfold_engine::VidRun;
+
 /// Size limits on a query message; never unbounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -81,18 +83,17 @@ impl Term {
     /// The term's spans sorted, with overlapping and adjacent ones merged:
     /// the same vids, each named once, ascending.
     pub fn merged(&self) -> Vec<Span> {
-        let mut spans = self.spans.clone();
-        spans.sort_unstable();
-        let mut merged: Vec<Span> = Vec::with_capacity(spans.len());
-        for span in spans {
-            match merged.last_mut() {
-                Some(last) if span.first <= last.last.saturating_add(1) => {
-                    last.last = last.last.max(span.last);
-                }
-                _ => merged.push(span),
-            }
-        }
-        merged
+        let runs = self.spans.iter().map(|s| VidRun {
+            first: s.first,
+            last: s.last,
+        });
+        VidRun::merged(runs.collect())
+            .into_iter()
+            .map(|r| Span {
+                first: r.first,
+                last: r.last,
+            })
+            .collect()
     }
 }
 

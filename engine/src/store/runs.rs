@@ -29,6 +29,22 @@ impl VidRun {
         self.first..=self.last
     }
 
+    /// `runs` sorted, with overlapping and touching runs merged into one:
+    /// the same vids, each named once, ascending.
+    pub fn merged(mut runs: Vec<VidRun>) -> Vec<VidRun> {
+        runs.sort_unstable();
+        let mut out: Vec<VidRun> = Vec::with_capacity(runs.len());
+        for run in runs {
+            match out.last_mut() {
+                Some(last) if run.first <= last.last.saturating_add(1) => {
+                    last.last = last.last.max(run.last);
+                }
+                _ => out.push(run),
+            }
+        }
+        out
+    }
+
     /// The runs of `vids` (ascending, distinct), ascending.
     pub fn runs_of(vids: &[u64]) -> Vec<VidRun> {
         let mut runs: Vec<VidRun> = Vec::new();
@@ -123,6 +139,31 @@ mod tests {
             prop_assert!(ascending(&left));
             let want: BTreeSet<u64> = vids_of(&runs).difference(&vids_of(&holes)).copied().collect();
             prop_assert_eq!(vids_of(&left), want);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn merged_names_the_same_vids_once_ascending(
+            spans in proptest::collection::vec((0u64..300, 0u64..40), 0..20),
+            high in any::<bool>(),
+        ) {
+            let given: Vec<VidRun> = spans
+                .iter()
+                .map(|&(first, len)| {
+                    let run = VidRun { first, last: first + len };
+                    if high {
+                        VidRun { first: u64::MAX - run.last, last: u64::MAX - run.first }
+                    } else {
+                        run
+                    }
+                })
+                .collect();
+            let merged = VidRun::merged(given.clone());
+            prop_assert!(ascending(&merged));
+            // Touching runs are joined: no gap of zero vids between two.
+            prop_assert!(merged.windows(2).all(|w| w[0].last + 1 < w[1].first));
+            prop_assert_eq!(vids_of(&merged), vids_of(&given));
         }
     }
 

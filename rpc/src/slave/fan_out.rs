@@ -42,7 +42,7 @@ fn by_machine(chains: &[Vec<Node>]) -> BTreeMap<u32, TermRuns> {
     }
     for terms in machines.values_mut() {
         for runs in terms {
-            *runs = chain::merged(std::mem::take(runs));
+            *runs = VidRun::merged(std::mem::take(runs));
         }
     }
     machines

@@ -30,7 +30,7 @@ use bitfold_engine::{ContainerRef, VectorBuf, VectorPart};
 
 use crate::bitfold_capnp::{Want, change, slave, vid_vector};
 use crate::budget::{self, Budget};
-use crate::chain::{self, VidRun};
+use crate::chain::VidRun;
 use crate::metrics::{self, SlaveMetrics};
 use crate::net::{self, Pool};
 use crate::tls::Tls;
@@ -311,7 +311,7 @@ impl Slave {
         runs: &[VidRun],
         out: &mut Vec<VectorPart<'s>>,
     ) -> Result<u64, u64> {
-        let runs = chain::merged(runs.to_vec());
+        let runs = VidRun::merged(runs.to_vec());
         if let Some(missing) = snapshot.first_missing_in(&runs) {
             return Err(missing);
         }
