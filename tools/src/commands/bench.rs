@@ -148,8 +148,7 @@ impl Round {
         for round in rounds {
             all.measured.absorb(round.measured);
             all.cpu += round.cpu;
-            all.traffic.read_bytes += round.traffic.read_bytes;
-            all.traffic.sent_bytes += round.traffic.sent_bytes;
+            all.traffic += round.traffic;
             all.rounds += round.rounds;
         }
         all
