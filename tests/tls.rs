@@ -6,7 +6,7 @@
 use std::fs;
 use std::path::Path;
 
-use bitfold_rpc::client::Client;
+use bitfold_rpc::client::{Client, Format, LocalClient};
 use bitfold_rpc::cluster::ClusterFile;
 use bitfold_rpc::tls::{self, Files, Tls};
 
@@ -95,12 +95,22 @@ fn a_tls_cluster_answers_tls_clients_exactly_across_slaves() {
     assert_eq!(file.tls, Some(Files::in_folder(Path::new("tls/master"))));
 
     let client = Client::connect_tls(&master, &Tls::load(&client_tls).unwrap()).unwrap();
+    let local = LocalClient::connect_tls(&master, &Tls::load(&client_tls).unwrap()).unwrap();
     for terms in [
         vec![(0, 2000)],
         vec![(0, 1000), (500, 1999)],
         vec![(97, 97)],
     ] {
-        assert_answer(&client, &Oracle::range_query(&terms), &oracle.range(&terms));
+        let query = Oracle::range_query(&terms);
+        assert_answer(&client, &query, &oracle.range(&terms));
+        // A client run by this thread gets the same answers over TLS.
+        for format in [Format::Count, Format::Roaring, Format::Words] {
+            assert_eq!(
+                local.query(&query, format).unwrap(),
+                client.query(&query, format).unwrap(),
+                "{query} as {format:?}"
+            );
+        }
     }
     let point = bitfold(&[
         "query",
