@@ -31,8 +31,6 @@
 
 use std::fmt;
 
-use bitfold_engine::VidRun;
-
 /// Size limits on a query message; never unbounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -70,30 +68,14 @@ pub struct Term {
     pub spans: Vec<Span>,
 }
 
-/// The vids `first..=last` of a term.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Span {
-    /// The smallest vid of the span.
-    pub first: u64,
-    /// The largest vid of the span (inclusive, at least `first`).
-    pub last: u64,
-}
+/// The vids `first..=last` of a term: a run of vids, as the slaves read them.
+pub use bitfold_engine::VidRun as Span;
 
 impl Term {
     /// The term's spans sorted, with overlapping and adjacent ones merged:
     /// the same vids, each named once, ascending.
     pub fn merged(&self) -> Vec<Span> {
-        let runs = self.spans.iter().map(|s| VidRun {
-            first: s.first,
-            last: s.last,
-        });
-        VidRun::merged(runs.collect())
-            .into_iter()
-            .map(|r| Span {
-                first: r.first,
-                last: r.last,
-            })
-            .collect()
+        Span::merged(self.spans.clone())
     }
 }
 

@@ -455,7 +455,7 @@ fn clients_work_from_many_threads() {
 #[test]
 fn a_local_client_answers_as_a_client_does() {
     let cluster = TestCluster::start(4, 1);
-    let addr = cluster.local_master_addr();
+    let addr = cluster.master_addr();
     let local = LocalClient::connect(&addr).unwrap();
     let mut oracle = Oracle::default();
     import(&local, &mut oracle, &data());
@@ -480,7 +480,7 @@ fn a_local_client_answers_as_a_client_does() {
 #[test]
 fn a_local_client_refuses_to_block_an_async_runtime() {
     let cluster = TestCluster::start(2, 1);
-    let local = LocalClient::connect(&cluster.local_master_addr()).unwrap();
+    let local = LocalClient::connect(&cluster.master_addr()).unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -499,7 +499,7 @@ fn a_local_client_refuses_to_block_an_async_runtime() {
 #[test]
 fn a_local_client_carries_on_after_a_master_restart() {
     let mut cluster = TestCluster::start(4, 1);
-    let local = LocalClient::connect(&cluster.local_master_addr()).unwrap();
+    let local = LocalClient::connect(&cluster.master_addr()).unwrap();
     let mut oracle = Oracle::default();
     import(&local, &mut oracle, &data());
     cluster.restart_master();

@@ -105,12 +105,12 @@ impl TestCluster {
     }
 
     /// The master's address, `HOST:PORT`.
-    pub fn local_master_addr(&self) -> String {
+    pub fn master_addr(&self) -> String {
         self.local.master_addr().to_string()
     }
 
     pub fn client(&self) -> Client {
-        Client::connect(&self.local.master_addr().to_string()).expect("the master answers")
+        Client::connect(&self.master_addr()).expect("the master answers")
     }
 
     /// The store each slave serves.
