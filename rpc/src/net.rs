@@ -33,7 +33,10 @@ use tokio_util::compat::TokioAsyncWriteCompatExt;
 use crate::bitfold_capnp::slave;
 use crate::tls::Tls;
 
+pub(crate) use received::keep as keep_received;
+
 pub(crate) mod framing;
+mod received;
 mod vat;
 mod writer;
 

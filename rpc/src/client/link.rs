@@ -227,8 +227,8 @@ impl Link {
         let answer = (|| -> capnp::Result<Result<Answer, Error>> {
             let result = response.get()?.get_result()?;
             Ok(match result.which()? {
-                result::Words(words) => Ok(Answer::Words(words?.to_vec())),
-                result::Roaring(bytes) => Ok(Answer::Roaring(bytes?.to_vec())),
+                result::Words(words) => Ok(Answer::Words(net::keep_received(words?))),
+                result::Roaring(bytes) => Ok(Answer::Roaring(net::keep_received(bytes?))),
                 result::Count(count) => Ok(Answer::Count(count)),
                 result::Error(error) => Err(Error::read(error?)),
             })

@@ -46,6 +46,8 @@ use bitfold_engine::VectorPart;
 use tokio::sync::mpsc as tokio_mpsc;
 
 pub use answer::{Answer, Format};
+/// The bytes of a vector answer ([`Answer::Words`], [`Answer::Roaring`]).
+pub use bytes::Bytes;
 pub use error::{Error, ErrorKind};
 pub use status::{MoveProgress, PlacementReport, SlaveStatus, Traffic};
 

@@ -11,6 +11,8 @@
 //! Cap'n Proto reads a segment only when it is 8-byte aligned; the buffer's
 //! alignment is checked, and a misaligned one is copied once into words.
 
+use std::sync::Arc;
+
 use bytes::BufMut;
 use capnp::Word;
 use capnp::message::{Reader, ReaderOptions, ReaderSegments};
@@ -31,13 +33,14 @@ const FIRST_RESERVE: usize = 16 << 20;
 
 /// A received message's segments, in one buffer.
 pub(crate) struct Segments {
-    body: Body,
+    /// Shared with the answers that keep their bytes ([`received`](super::received)).
+    body: Arc<Body>,
     /// Where each segment ends, in words from the start of the body.
     ends: Vec<usize>,
 }
 
 /// The bytes of a message's segments, 8-byte aligned.
-enum Body {
+pub(super) enum Body {
     /// As read (the allocator returned aligned memory, as it does in practice).
     Read(Vec<u8>),
     /// Copied into words because the buffer read into was misaligned.
@@ -52,7 +55,8 @@ impl Body {
         Body::Copied(words)
     }
 
-    fn bytes(&self) -> &[u8] {
+    /// The segments' bytes, one after the other.
+    pub(super) fn bytes(&self) -> &[u8] {
         match self {
             Body::Read(bytes) => bytes,
             Body::Copied(words) => Word::words_to_bytes(words),
@@ -127,10 +131,11 @@ pub(crate) async fn read_message<R: AsyncRead + Unpin>(
             return Err(closed_mid_message());
         }
     }
-    let body = match bytes.as_ptr() as usize % 8 {
+    let body = Arc::new(match bytes.as_ptr() as usize % 8 {
         0 => Body::Read(bytes),
         _ => Body::copied(&bytes),
-    };
+    });
+    super::received::remember(&body);
     let ends = ends
         .into_iter()
         .map(|end| usize::try_from(end).expect("bounded by MAX_MESSAGE_WORDS"))
@@ -314,7 +319,7 @@ mod tests {
     fn a_copied_body_serves_the_same_segments() {
         let bytes: Vec<u8> = (0..48).collect();
         let segments = Segments {
-            body: Body::copied(&bytes[8..40]),
+            body: Arc::new(Body::copied(&bytes[8..40])),
             ends: vec![1, 1, 4],
         };
         assert_eq!(segments.len(), 3);

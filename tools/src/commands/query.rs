@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use bitfold_engine::{VectorBuf, portable};
 use bitfold_index::IndexMap;
-use bitfold_rpc::client::{self, Answer, Client, ErrorKind, Format};
+use bitfold_rpc::client::{self, Answer, Bytes, Client, ErrorKind, Format};
 
 use crate::cli::{Output, QueryArgs};
 
@@ -110,7 +110,7 @@ pub fn count(client: &Client, query: &str) -> Result<u64, client::Error> {
     }
 }
 
-fn fetch_roaring(client: &Client, query: &str) -> Result<Vec<u8>, client::Error> {
+fn fetch_roaring(client: &Client, query: &str) -> Result<Bytes, client::Error> {
     match client.query(query, Format::Roaring)? {
         Answer::Roaring(bytes) => Ok(bytes),
         _ => Err(client::Error::Protocol(
