@@ -4,7 +4,7 @@
 //!
 //! ```toml
 //! replicas = 2                 # copies of every vector; default 1
-//! group = 16                   # consecutive vids placed together; default 1
+//! group = 16                   # consecutive vids placed together; default 64
 //! [[slaves]]
 //! name = "s0"
 //! addr = "127.0.0.1:7101"
