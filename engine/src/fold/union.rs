@@ -137,6 +137,12 @@ impl UnionPlan {
         &self.parts
     }
 
+    /// The output parts, kept after the fills: each reads as a vector part
+    /// over the words filled for it ([`PlannedPart::with_words`]).
+    pub fn into_parts(self) -> Vec<PlannedPart> {
+        self.parts
+    }
+
     /// Writes the dense containers of output part `part` into `out`, which
     /// must hold exactly [`PlannedPart::dense_word_count`] words (anything in
     /// it is overwritten). `inputs` must be the parts the plan was made from.

@@ -4,9 +4,9 @@
 //! A chain that starts on the coordinator itself runs its handler locally,
 //! without an RPC to itself. Every failed machine any chain reports is
 //! collected and returned, and then nothing else: never a partial answer.
-//! The term vectors are read in place from the replies; the intersection is
-//! filled straight into this reply, or only counted when the master wants a
-//! count.
+//! The term vectors are read in place from the replies (the fan-out's own
+//! are kept in memory, `term_union.rs`); the intersection is filled
+//! straight into this reply, or only counted when the master wants a count.
 
 use std::time::Instant;
 
@@ -22,6 +22,7 @@ use crate::hop::{self, Hop};
 use crate::wire::{self, PartList, WirePart};
 
 use super::handler::{self, FailedMachine, Machines, Nodes, Step};
+use super::term_union::{TermEnd, TermUnion};
 use super::{Slave, fan_out};
 
 /// How one term's chain ended.
@@ -30,23 +31,45 @@ enum TermVector {
     Empty,
     /// The chain ended on this machine: the vector in a message of ours.
     Local(Builder<HeapAllocator>),
+    /// The fan-out's term vector, kept in memory here.
+    Union(TermUnion),
     /// Another machine answered (a vector or a failed machine).
     Remote(Response<slave::handle_results::Owned>),
     /// A machine failed.
     Failed(FailedMachine),
 }
 
+/// A term vector's parts as the AND reads them.
+enum TermParts<'t> {
+    /// Read in place from a message.
+    Wire(Vec<WirePart<'t>>),
+    /// Kept in memory.
+    Union(&'t TermUnion),
+}
+
+impl TermParts<'_> {
+    /// The validated views of the parts.
+    fn views(&self) -> capnp::Result<Vec<VectorPart<'_>>> {
+        match self {
+            TermParts::Wire(parts) => wire::views(parts),
+            TermParts::Union(union) => Ok(union.views()),
+        }
+    }
+}
+
 impl TermVector {
     /// The term's parts, read in place; or the machine that failed.
-    fn parts(&self) -> capnp::Result<Result<Vec<WirePart<'_>>, FailedMachine>> {
+    fn parts(&self) -> capnp::Result<Result<TermParts<'_>, FailedMachine>> {
+        let wire = |parts| Ok(Ok(TermParts::Wire(parts)));
         match self {
-            TermVector::Empty => Ok(Ok(Vec::new())),
+            TermVector::Empty => wire(Vec::new()),
             TermVector::Local(message) => {
                 let list: PartList<'_> = message.get_root_as_reader()?;
-                Ok(Ok(wire::read_parts(list)?))
+                wire(wire::read_parts(list)?)
             }
+            TermVector::Union(union) => Ok(Ok(TermParts::Union(union))),
             TermVector::Remote(response) => match response.get()?.get_result()?.which()? {
-                query_return_value::Vector(list) => Ok(Ok(wire::read_parts(list?)?)),
+                query_return_value::Vector(list) => wire(wire::read_parts(list?)?),
                 query_return_value::FailedMachine(failed) => Ok(Err(FailedMachine::read(failed?)?)),
             },
             TermVector::Failed(failed) => Ok(Err(failed.clone())),
@@ -255,15 +278,12 @@ async fn fan_out(
     let mut hops = report.then(Vec::new);
     let gathered = if want == Want::Vector && chains.len() == 1 {
         // One term: its vector is the answer, written straight into the reply.
-        let ends: &mut [&mut dyn handler::EndTarget] = &mut [&mut results];
+        let ends: &mut [&mut dyn TermEnd] = &mut [&mut results];
         fan_out::term_vectors(slave, machines, you, chains, budget, ends, hops.as_mut()).await?
     } else {
-        let mut locals: Vec<Builder<HeapAllocator>> =
-            chains.iter().map(|_| Builder::new_default()).collect();
-        let mut ends: Vec<&mut dyn handler::EndTarget> = locals
-            .iter_mut()
-            .map(|l| l as &mut dyn handler::EndTarget)
-            .collect();
+        let mut unions: Vec<TermUnion> = chains.iter().map(|_| TermUnion::new()).collect();
+        let mut ends: Vec<&mut dyn TermEnd> =
+            unions.iter_mut().map(|u| u as &mut dyn TermEnd).collect();
         let gathered = fan_out::term_vectors(
             slave,
             machines,
@@ -275,7 +295,7 @@ async fn fan_out(
         );
         match gathered.await? {
             Ok(()) => {
-                let outcomes: Vec<TermVector> = locals.into_iter().map(TermVector::Local).collect();
+                let outcomes: Vec<TermVector> = unions.into_iter().map(TermVector::Union).collect();
                 let and = hops.map(|hops| And { you, hops });
                 return and_terms(&outcomes, want, and, results);
             }
@@ -312,11 +332,11 @@ fn and_terms(
     mut results: slave::CoordinateResults,
 ) -> capnp::Result<()> {
     let began = and.is_some().then(Instant::now);
-    let mut wire_terms = Vec::with_capacity(outcomes.len());
+    let mut term_parts = Vec::with_capacity(outcomes.len());
     let mut failures: Vec<FailedMachine> = Vec::new();
     for outcome in outcomes {
         match outcome.parts()? {
-            Ok(parts) => wire_terms.push(parts),
+            Ok(parts) => term_parts.push(parts),
             Err(failed) => {
                 if !failures.iter().any(|f| f.name == failed.name) {
                     failures.push(failed);
@@ -331,9 +351,9 @@ fn and_terms(
         write_failures(&failures, results);
         return Ok(());
     }
-    let views: Vec<Vec<VectorPart<'_>>> = wire_terms
+    let views: Vec<Vec<VectorPart<'_>>> = term_parts
         .iter()
-        .map(|parts| wire::views(parts))
+        .map(TermParts::views)
         .collect::<capnp::Result<_>>()?;
     let terms = wire::terms(&views)?;
     let sent = if want == Want::Count {

@@ -21,7 +21,8 @@ use crate::hop::Hop;
 use crate::wire::{self, WirePart};
 
 use super::Slave;
-use super::handler::{EndTarget, FailedMachine, Machines};
+use super::handler::{FailedMachine, Machines};
+use super::term_union::TermEnd;
 
 /// The vids of each term on one machine: `runs[t]` for term `t`, ascending
 /// and disjoint runs.
@@ -148,8 +149,8 @@ async fn ask(
     }
 }
 
-/// The term vectors of `chains` gathered by fan-out, each written into its
-/// own message by `end`; or every machine that failed. With `hops`, every
+/// The term vectors of `chains` gathered by fan-out, each put into its
+/// own `end`; or every machine that failed. With `hops`, every
 /// machine's gather report is added to it, the coordinator's own (its
 /// vids, and the unions it wrote) last.
 pub(crate) async fn term_vectors(
@@ -158,7 +159,7 @@ pub(crate) async fn term_vectors(
     you: u32,
     chains: &[Vec<Node>],
     budget: Budget,
-    ends: &mut [&mut dyn EndTarget],
+    ends: &mut [&mut dyn TermEnd],
     mut hops: Option<&mut Vec<Hop>>,
 ) -> capnp::Result<Result<(), Vec<FailedMachine>>> {
     let by_machine = by_machine(chains);
@@ -222,8 +223,7 @@ pub(crate) async fn term_vectors(
         let mut inputs = wire::views(&remote[term])?;
         let received = inputs.len();
         inputs.append(&mut own[term]);
-        let plan = UnionPlan::new(&inputs);
-        let (unread, bytes) = wire::write_compact(|n| end.init_vector(n), &plan, &inputs);
+        let (unread, bytes) = end.put(UnionPlan::new(&inputs), &inputs);
         own_read = slave.unread(own_read, unread.bytes(received..inputs.len()));
         sent += bytes;
     }

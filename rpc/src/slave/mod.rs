@@ -15,6 +15,7 @@ pub(crate) mod fan_out;
 pub(crate) mod fetch_many;
 pub(crate) mod handler;
 mod pull;
+pub(crate) mod term_union;
 
 use std::cell::Cell;
 use std::future::Future;

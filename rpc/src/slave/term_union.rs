@@ -1,0 +1,167 @@
+//! A term's vector the coordinator keeps in memory for its own AND.
+//!
+//! In the fan-out plan the coordinator ORs each term's gathered partial
+//! results with its own vectors, then ANDs the terms. Written into a Cap'n
+//! Proto message, each term vector would cost a zeroed segment (Cap'n
+//! Proto's allocator zeroes every one) and a copy into it, only to be read
+//! back on the same machine. A [`TermUnion`] is the union's plan and its
+//! dense words, filled once into a buffer this thread keeps between queries.
+
+use std::cell::RefCell;
+
+use bitfold_engine::VectorPart;
+use bitfold_engine::fold::{PlannedPart, UnionPlan, Unread};
+
+use crate::hop;
+
+/// Buffers a thread keeps for term vectors (a query ANDs a few terms).
+const POOL_BUFFERS: usize = 8;
+
+/// The largest buffer a thread keeps (256 KiB, two 2^20-bit term vectors).
+const POOL_MAX_WORDS: usize = 32 << 10;
+
+thread_local! {
+    /// Word buffers of dropped term vectors, each with its length as it
+    /// was: a later fill overwrites every word, so only growth is zeroed.
+    static POOL: RefCell<Vec<Vec<u64>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Where a term's vector goes once its inputs are gathered: written into a
+/// message (an [`EndTarget`](super::handler::EndTarget)), or kept here.
+pub(crate) trait TermEnd {
+    /// Takes the union `plan` of `inputs`; returns what its fill left
+    /// unread of `inputs`, and the bytes of vector it holds.
+    fn put(&mut self, plan: UnionPlan, inputs: &[VectorPart<'_>]) -> (Unread, u64);
+}
+
+impl<T: super::handler::EndTarget + ?Sized> TermEnd for T {
+    fn put(&mut self, plan: UnionPlan, inputs: &[VectorPart<'_>]) -> (Unread, u64) {
+        crate::wire::write_compact(|n| self.init_vector(n), &plan, inputs)
+    }
+}
+
+/// A term's vector in memory: empty until [`TermEnd::put`].
+#[derive(Default)]
+pub(crate) struct TermUnion {
+    parts: Vec<PlannedPart>,
+    words: Vec<u64>,
+}
+
+impl TermUnion {
+    /// An empty term vector, with a buffer from this thread's pool.
+    pub(crate) fn new() -> TermUnion {
+        TermUnion {
+            parts: Vec::new(),
+            words: POOL.with_borrow_mut(Vec::pop).unwrap_or_default(),
+        }
+    }
+
+    /// The vector's parts, key-disjoint and ascending.
+    pub(crate) fn views(&self) -> Vec<VectorPart<'_>> {
+        let mut at = 0;
+        self.parts
+            .iter()
+            .map(|part| {
+                let len = part.dense_word_count();
+                at += len;
+                part.with_words(&self.words[at - len..at])
+            })
+            .collect()
+    }
+}
+
+impl TermEnd for TermUnion {
+    fn put(&mut self, plan: UnionPlan, inputs: &[VectorPart<'_>]) -> (Unread, u64) {
+        let total = plan.parts().iter().map(PlannedPart::dense_word_count).sum();
+        // `fill` overwrites every word: only words the buffer never had are zeroed.
+        self.words.resize(total, 0);
+        let mut unread = Unread::default();
+        let mut at = 0;
+        for (i, part) in plan.parts().iter().enumerate() {
+            let len = part.dense_word_count();
+            unread.add(&plan.fill(i, inputs, &mut self.words[at..at + len]));
+            at += len;
+        }
+        let bytes = hop::planned_bytes(plan.parts());
+        self.parts = plan.into_parts();
+        (unread, bytes)
+    }
+}
+
+impl Drop for TermUnion {
+    fn drop(&mut self) {
+        let words = std::mem::take(&mut self.words);
+        if words.capacity() == 0 || words.capacity() > POOL_MAX_WORDS {
+            return;
+        }
+        POOL.with_borrow_mut(|pool| {
+            if pool.len() < POOL_BUFFERS {
+                pool.push(words);
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use bitfold_engine::VectorBuf;
+
+    use super::*;
+
+    fn bits(vector: &[VectorPart<'_>]) -> BTreeSet<u32> {
+        vector.iter().flat_map(|part| part.bits()).collect()
+    }
+
+    /// Vectors of `n` bits each, at `stride` apart from `first`.
+    fn vector(first: u32, stride: u32, n: u32) -> VectorBuf {
+        VectorBuf::from_sorted_bits(&(0..n).map(|i| first + i * stride).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn a_kept_term_is_the_union_of_its_inputs_query_after_query() {
+        // Dense and sparse containers, overlapping keys; then a smaller
+        // union into a reused buffer, which must not show the last one's words.
+        let queries = [
+            vec![
+                vector(0, 3, 60_000),
+                vector(1, 7, 30_000),
+                vector(200_000, 11, 900),
+            ],
+            vec![vector(5, 2, 10_000), vector(70_000, 5, 100)],
+            vec![vector(0, 1, 1)],
+        ];
+        for inputs in &queries {
+            let parts: Vec<VectorPart<'_>> = inputs.iter().map(VectorBuf::as_part).collect();
+            let mut kept = TermUnion::new();
+            let (unread, bytes) = kept.put(UnionPlan::new(&parts), &parts);
+            assert_eq!(unread.total(), 0);
+            let expected: BTreeSet<u32> = parts.iter().flat_map(|p| p.bits()).collect();
+            assert_eq!(bits(&kept.views()), expected);
+            assert!(bytes > 0);
+        }
+    }
+
+    #[test]
+    fn a_dropped_term_gives_its_buffer_back_once_and_only_if_small() {
+        POOL.with_borrow_mut(Vec::clear);
+        let input = vector(0, 2, 40_000);
+        let parts = [input.as_part()];
+        let mut kept = TermUnion::new();
+        kept.put(UnionPlan::new(&parts), &parts);
+        let buffer = kept.words.as_ptr();
+        drop(kept);
+        assert_eq!(POOL.with_borrow(Vec::len), 1);
+        assert_eq!(
+            TermUnion::new().words.as_ptr(),
+            buffer,
+            "the buffer is reused"
+        );
+        let mut large = TermUnion::new();
+        large.words = vec![0; POOL_MAX_WORDS + 1];
+        drop(large);
+        assert_eq!(POOL.with_borrow(Vec::len), 0, "a large buffer is not kept");
+        assert!(TermUnion::new().views().is_empty());
+    }
+}
