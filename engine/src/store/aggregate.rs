@@ -312,7 +312,7 @@ impl<'s> Cover<'s> {
         segment: &'s Segment,
         above: usize,
         runs: &[VidRun],
-        held: Range<usize>,
+        mut held: Range<usize>,
         settled: &mut Vec<VidRun>,
     ) {
         let Some(level) = above.checked_sub(1) else {
@@ -357,18 +357,19 @@ impl<'s> Cover<'s> {
                         settled.push(block);
                     }
                 } else {
-                    self.descend(segment, level, &pieces, inside, settled);
+                    self.descend(segment, level, &pieces, inside.clone(), settled);
                 }
             }
-            // On to the next block holding both vids asked for and entries.
+            // On to the next block holding both vids asked for and entries;
+            // the blocks ascend, so the entries before it are done with.
             let Some(next) = block.last.checked_add(1) else {
                 break;
             };
-            let after = segment.entries_between(held.clone(), next, u64::MAX);
-            if after.is_empty() {
+            held.start = inside.end;
+            if held.is_empty() {
                 break;
             }
-            let next = next.max(segment.vid_at(after.start));
+            let next = next.max(segment.vid_at(held.start));
             while i < runs.len() && runs[i].last < next {
                 i += 1;
             }
@@ -380,9 +381,12 @@ impl<'s> Cover<'s> {
 
     /// Adds the single parts of the vids of `runs` among the entries `held`
     /// (`deleted` and `keep` records and empty `base` ones have none).
-    fn singles(&mut self, segment: &'s Segment, runs: &[VidRun], held: Range<usize>) {
+    fn singles(&mut self, segment: &'s Segment, runs: &[VidRun], mut held: Range<usize>) {
         for run in runs {
-            for i in segment.entries_between(held.clone(), run.first, run.last) {
+            let found = segment.entries_between(held.clone(), run.first, run.last);
+            // The runs ascend: the next one's entries come after these.
+            held.start = found.end;
+            for i in found {
                 let part = segment.part_at(i);
                 if !part.is_empty() {
                     self.push(part, None);

@@ -262,7 +262,7 @@ impl<'s> VidMerge<'s> {
         };
         for (s, segment) in segments.iter().enumerate() {
             let held = 0..segment.vector_count();
-            merge.push(s, segment.entries_between(held, first, u64::MAX).start);
+            merge.push(s, segment.first_entry_from(held, first));
         }
         merge
     }

@@ -310,17 +310,24 @@ impl Segment {
         Some(part.expect("every aggregate was verified when the segment was opened"))
     }
 
-    /// The entries among `within` whose vids lie in `first..=last`.
+    /// The first entry among `within` whose vid is `first` or more
+    /// (`within.end` when there is none).
+    pub(crate) fn first_entry_from(&self, within: Range<usize>, first: u64) -> usize {
+        within.start + self.entries()[within].partition_point(|entry| entry[0] < first)
+    }
+
+    /// The entries among `within` whose vids lie in `first..=last`: a
+    /// binary search for the first, then a galloping one for the end, which
+    /// stays near the first (a range asked for is short next to a segment).
     pub(crate) fn entries_between(
         &self,
         within: Range<usize>,
         first: u64,
         last: u64,
     ) -> Range<usize> {
-        let entries = &self.entries()[within.clone()];
-        let start = entries.partition_point(|entry| entry[0] < first);
-        let end = start + entries[start..].partition_point(|entry| entry[0] <= last);
-        within.start + start..within.start + end
+        let start = self.first_entry_from(within.clone(), first);
+        let rest = &self.entries()[start..within.end];
+        start..start + leading(rest.len(), |k| rest[k][0] <= last)
     }
 
     /// The entries among `within` whose vids lie in `first..=last`, as
@@ -389,25 +396,31 @@ impl Segment {
 }
 
 /// How many of `entries` (ascending, the first holding `vid`) hold `vid`,
-/// `vid + 1`, ... with none skipped: a galloping search, since entry `k`
-/// holds `vid + k` exactly for a prefix of them.
+/// `vid + 1`, ... with none skipped: entry `k` holds `vid + k` exactly for
+/// a prefix of them.
 fn consecutive(entries: &[[u64; ENTRY_WORDS]], vid: u64) -> usize {
-    let holds = |k: usize| entries[k][0] - vid == k as u64;
-    let mut end = 1;
-    while end < entries.len() && holds(end) {
-        end *= 2;
+    leading(entries.len(), |k| entries[k][0] - vid == k as u64)
+}
+
+/// How many of `0..len` lead with `holds` true, where `holds` is true for
+/// a prefix and false after it: a galloping search (1, 2, 4, ... then a
+/// binary search), whose probes stay near 0 when the prefix is short.
+fn leading(len: usize, holds: impl Fn(usize) -> bool) -> usize {
+    let mut bound = 1;
+    while bound <= len && holds(bound - 1) {
+        bound *= 2;
     }
-    // `holds(end / 2)` is true; `holds(hi)` is false or `hi` is the end.
-    let (mut lo, mut hi) = (end / 2, end.min(entries.len()));
-    while hi - lo > 1 {
+    // `holds` is true below `bound / 2`; false at `bound - 1` or past the end.
+    let (mut lo, mut hi) = (bound / 2, (bound - 1).min(len));
+    while lo < hi {
         let mid = lo + (hi - lo) / 2;
         if holds(mid) {
-            lo = mid;
+            lo = mid + 1;
         } else {
             hi = mid;
         }
     }
-    lo + 1
+    lo
 }
 
 fn no_containers(entry: &Entry) -> bool {
@@ -562,5 +575,48 @@ mod tests {
         trailer[data_end + 8] += 1; // one more entry than the index holds
         reseal(&mut trailer);
         assert!(refusal(&dir, &trailer).contains("index entries"));
+    }
+
+    proptest::proptest! {
+        /// The galloping search finds the end of any prefix, and probes
+        /// nothing past the end.
+        #[test]
+        fn leading_finds_the_end_of_the_prefix(len in 0usize..300, prefix in 0usize..300) {
+            let prefix = prefix.min(len);
+            let found = leading(len, |k| {
+                assert!(k < len, "probed {k} of {len}");
+                k < prefix
+            });
+            proptest::prop_assert_eq!(found, prefix);
+        }
+
+        /// A segment's entries between two vids are those a scan finds.
+        #[test]
+        fn entries_between_are_those_a_scan_finds(
+            vids in proptest::collection::btree_set(0u64..200, 0..60),
+            first in 0u64..210,
+            len in 0u64..80,
+        ) {
+            let dir = MemoryDirectory::new();
+            let vector = VectorBuf::from_bits(vec![1, 70_000]);
+            let mut writer = SegmentWriter::create(&dir, 1).unwrap();
+            for &vid in &vids {
+                writer.add(vid, &[vector.as_part()]).unwrap();
+            }
+            let bytes = writer.finish().unwrap();
+            let segment = Segment::open(&dir, 1, bytes).unwrap();
+            let all = 0..vids.len();
+            let last = first + len;
+            let scanned: Vec<usize> = vids
+                .iter()
+                .enumerate()
+                .filter(|&(_, &vid)| (first..=last).contains(&vid))
+                .map(|(i, _)| i)
+                .collect();
+            let found: Vec<usize> = segment.entries_between(all.clone(), first, last).collect();
+            proptest::prop_assert_eq!(found, scanned);
+            let from = vids.iter().position(|&vid| vid >= first).unwrap_or(vids.len());
+            proptest::prop_assert_eq!(segment.first_entry_from(all, first), from);
+        }
     }
 }
