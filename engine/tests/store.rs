@@ -351,6 +351,18 @@ fn leftovers_of_interrupted_writes_are_removed(backend: &dyn Backend) {
     assert_eq!(store.snapshot().vids().collect::<Vec<_>>(), [42]);
 }
 
+/// A store killed while it wrote its very first manifest left only the
+/// staged `MANIFEST.tmp`: the next open writes a manifest (over the staged
+/// file, on disk) and opens.
+fn a_first_manifest_cut_short_is_written_again(backend: &dyn Backend) {
+    backend.write("MANIFEST.tmp", b"half");
+    let store = backend.open().unwrap();
+    let files = backend.files();
+    assert!(files.iter().any(|n| n == "MANIFEST"), "{files:?}");
+    assert!(!files.iter().any(|n| n.ends_with(".tmp")), "{files:?}");
+    assert_eq!(store.snapshot().vids().count(), 0);
+}
+
 fn byte_size_counts_the_live_files(backend: &dyn Backend) {
     let store = backend.open().unwrap();
     let mut rng = Rng(5);
@@ -380,6 +392,7 @@ on_both_backends!(
     a_truncated_file_is_refused,
     missing_files_are_named,
     leftovers_of_interrupted_writes_are_removed,
+    a_first_manifest_cut_short_is_written_again,
     byte_size_counts_the_live_files,
 );
 

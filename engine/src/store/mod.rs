@@ -139,7 +139,7 @@ impl Store {
     /// interrupted writes: staged `.tmp` files and segment files the manifest
     /// does not name. Files of other names are left alone.
     pub fn with_directory(dir: Arc<dyn Directory>) -> Result<Store, StoreError> {
-        let names = dir.list()?;
+        let mut names = dir.list()?;
         if !names.iter().any(|name| name == MANIFEST_NAME) {
             if let Some(segment) = names.iter().find(|name| parse_segment_name(name).is_some()) {
                 return Err(StoreError::Missing {
@@ -148,6 +148,9 @@ impl Store {
                 });
             }
             Manifest::default().write(&*dir)?;
+            // Writing it staged the manifest over any `MANIFEST.tmp` left by
+            // a first open cut short, and renamed it: list again.
+            names = dir.list()?;
         }
         let manifest = Manifest::read(&*dir)?;
         let segments = manifest
