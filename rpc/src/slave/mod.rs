@@ -7,6 +7,8 @@
 //!   counts) the term vectors into its reply.
 //! - the fan-out plan (`fan_out.rs`): the coordinator gathers each machine's OR of its vids
 //!   of every term in one round trip, instead of a chain per term.
+//! - the coordinator's term vectors in memory (`term_union.rs`): what the fan-out ANDs on
+//!   the coordinator itself, filled into buffers it keeps between queries.
 //! - the batch fetch (`fetch_many.rs`): many vectors per reply, for a move's or a refill's
 //!   copies.
 
