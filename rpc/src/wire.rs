@@ -15,7 +15,7 @@
 use std::borrow::Cow;
 use std::cell::Cell;
 
-use bitfold_engine::fold::{IntersectionPlan, PlannedPart, Term, UnionPlan, Unread};
+use bitfold_engine::fold::{IntersectionPlan, PlannedPart, Term, UnionPlan, Unread, filled_parts};
 use bitfold_engine::kernels;
 use bitfold_engine::{CONTAINER_WORDS, ContainerRef, MalformedPart, PART_MAX_DENSE, VectorPart};
 use bytemuck::Pod;
@@ -275,21 +275,10 @@ pub(crate) fn write_compact<'b>(
             let unread = write_union(init(plan.parts().len() as u32), plan, inputs);
             return (unread, crate::hop::planned_bytes(plan.parts()));
         }
-        // `fill` overwrites every word: only words the scratch never had are zeroed.
         let words = scratch.insert(SCRATCH.take());
-        words.resize(total, 0);
-        let mut at = 0;
-        for (i, planned) in plan.parts().iter().enumerate() {
-            let len = planned.dense_word_count();
-            unread.add(&plan.fill(i, inputs, &mut words[at..at + len]));
-            at += len;
-        }
-        at = 0;
-        for planned in plan.parts() {
-            let len = planned.dense_word_count();
-            let part = planned.with_words(&words[at..at + len]);
+        unread = plan.fill_all(inputs, words);
+        for part in filled_parts(plan.parts(), words) {
             containers.extend(part.containers().map(written));
-            at += len;
         }
     }
     let mut groups: Vec<&[(u16, Written<'_>)]> = Vec::new();

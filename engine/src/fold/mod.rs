@@ -168,6 +168,20 @@ fn check_fill(planned: &PlannedPart, out: &[u64], inputs: usize, planned_inputs:
 }
 
 /// Fills every planned part into an owned vector.
+/// The vector parts of `parts` whose dense words were filled one part after
+/// the other into `words` ([`UnionPlan::fill_all`]).
+pub fn filled_parts<'a>(
+    parts: &'a [PlannedPart],
+    words: &'a [u64],
+) -> impl Iterator<Item = VectorPart<'a>> + 'a {
+    let mut at = 0;
+    parts.iter().map(move |planned| {
+        let len = planned.dense_word_count();
+        at += len;
+        planned.with_words(&words[at - len..at])
+    })
+}
+
 fn run_parts(parts: &[PlannedPart], fill: impl Fn(usize, &mut [u64])) -> Vec<VectorBuf> {
     parts
         .iter()

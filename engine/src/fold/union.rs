@@ -143,6 +143,24 @@ impl UnionPlan {
         self.parts
     }
 
+    /// Fills every output part into `words`, one part's dense words after
+    /// the other (read them back with [`filled_parts`](super::filled_parts)).
+    /// `words` is resized to their total; since a fill overwrites every word,
+    /// only the words it never had are zeroed, so a buffer kept between
+    /// folds costs no clearing. Returns what the fills left unread.
+    pub fn fill_all(&self, inputs: &[VectorPart<'_>], words: &mut Vec<u64>) -> Unread {
+        let total = self.parts.iter().map(PlannedPart::dense_word_count).sum();
+        words.resize(total, 0);
+        let mut unread = Unread::default();
+        let mut at = 0;
+        for (i, planned) in self.parts.iter().enumerate() {
+            let len = planned.dense_word_count();
+            unread.add(&self.fill(i, inputs, &mut words[at..at + len]));
+            at += len;
+        }
+        unread
+    }
+
     /// Writes the dense containers of output part `part` into `out`, which
     /// must hold exactly [`PlannedPart::dense_word_count`] words (anything in
     /// it is overwritten). `inputs` must be the parts the plan was made from.

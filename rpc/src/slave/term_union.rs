@@ -10,7 +10,7 @@
 use std::cell::RefCell;
 
 use bitfold_engine::VectorPart;
-use bitfold_engine::fold::{PlannedPart, UnionPlan, Unread};
+use bitfold_engine::fold::{PlannedPart, UnionPlan, Unread, filled_parts};
 
 use crate::hop;
 
@@ -58,30 +58,13 @@ impl TermUnion {
 
     /// The vector's parts, key-disjoint and ascending.
     pub(crate) fn views(&self) -> Vec<VectorPart<'_>> {
-        let mut at = 0;
-        self.parts
-            .iter()
-            .map(|part| {
-                let len = part.dense_word_count();
-                at += len;
-                part.with_words(&self.words[at - len..at])
-            })
-            .collect()
+        filled_parts(&self.parts, &self.words).collect()
     }
 }
 
 impl TermEnd for TermUnion {
     fn put(&mut self, plan: UnionPlan, inputs: &[VectorPart<'_>]) -> (Unread, u64) {
-        let total = plan.parts().iter().map(PlannedPart::dense_word_count).sum();
-        // `fill` overwrites every word: only words the buffer never had are zeroed.
-        self.words.resize(total, 0);
-        let mut unread = Unread::default();
-        let mut at = 0;
-        for (i, part) in plan.parts().iter().enumerate() {
-            let len = part.dense_word_count();
-            unread.add(&plan.fill(i, inputs, &mut self.words[at..at + len]));
-            at += len;
-        }
+        let unread = plan.fill_all(inputs, &mut self.words);
         let bytes = hop::planned_bytes(plan.parts());
         self.parts = plan.into_parts();
         (unread, bytes)
