@@ -50,6 +50,13 @@ fn the_comparison_agrees_on_every_count_and_writes_its_results() {
             let figures = &system[1];
             assert!(figures["queries_per_second"].as_f64().unwrap() > 0.0);
             assert_eq!(figures["rounds"].as_array().unwrap().len(), 2);
+            // Clients ask Redis and bitfold over connections: their CPU is
+            // counted apart from the servers'.
+            let clients = figures["client_cpu_ms_per_query"].as_f64();
+            match system[0].as_str().unwrap() {
+                "redis" | "bitfold" => assert!(clients.unwrap() > 0.0, "{system}"),
+                _ => assert_eq!(clients, None, "{system}"),
+            }
         }
         assert!(outcome["bitfold_over_redis"].as_f64().unwrap() > 0.0);
     }

@@ -52,6 +52,9 @@ pub struct Measured {
     pub bytes: u64,
     /// Bytes of the measured queries' answers.
     pub answer_bytes: u64,
+    /// CPU time the client threads used, from connecting to their last
+    /// answer (warm-up included): the caller's side of every query.
+    pub client_cpu: Duration,
 }
 
 impl Measured {
@@ -98,6 +101,7 @@ impl Measured {
         self.inconsistent.dedup();
         self.bytes += later.bytes;
         self.answer_bytes += later.answer_bytes;
+        self.client_cpu += later.client_cpu;
     }
 }
 
@@ -149,6 +153,7 @@ where
                 let (start_line, started) = (&start_line, &started);
                 let (connect, ask, weigh, progress) = (&connect, &ask, &weigh, &progress);
                 scope.spawn(move || {
+                    let cpu_at_start = thread_cpu();
                     let mut seen = Thread::default();
                     let outcome = (|| {
                         let mut connection = connect()?;
@@ -196,6 +201,7 @@ where
                         progress(done.fetch_add(1, Ordering::Relaxed) + 1);
                     }
                     seen.elapsed = finished - start;
+                    seen.cpu = thread_cpu().saturating_sub(cpu_at_start);
                     Ok(seen)
                 })
             })
@@ -213,6 +219,7 @@ where
         inconsistent: Vec::new(),
         bytes: 0,
         answer_bytes: 0,
+        client_cpu: Duration::ZERO,
     };
     for outcome in outcomes {
         let seen = outcome?;
@@ -221,6 +228,7 @@ where
         measured.latencies.extend(seen.latencies);
         measured.bytes += seen.bytes;
         measured.answer_bytes += seen.answer_bytes;
+        measured.client_cpu += seen.cpu;
         for (i, answer) in seen.answers {
             match measured.answers[i] {
                 None => measured.answers[i] = Some(answer),
@@ -254,6 +262,20 @@ pub fn process_cpu() -> Duration {
     time(usage.ru_utime) + time(usage.ru_stime)
 }
 
+/// CPU time the calling thread has used so far, user and system.
+pub fn thread_cpu() -> Duration {
+    let mut time = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one `timespec` where it is pointed;
+    // CLOCK_THREAD_CPUTIME_ID is always a valid clock for the caller.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(time.tv_sec as u64, time.tv_nsec as u32)
+}
+
 /// What one thread saw.
 #[derive(Default)]
 struct Thread {
@@ -262,6 +284,7 @@ struct Thread {
     bytes: u64,
     answer_bytes: u64,
     elapsed: Duration,
+    cpu: Duration,
 }
 
 #[cfg(test)]
@@ -285,6 +308,49 @@ mod tests {
             x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
         }
         assert!(process_cpu() > before);
+    }
+
+    /// Spins until this thread has used `cpu` more CPU time.
+    fn burn(cpu: Duration) {
+        let until = thread_cpu() + cpu;
+        let mut x = 0u64;
+        while thread_cpu() < until {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+    }
+
+    #[test]
+    fn client_cpu_is_the_client_threads_own() {
+        let settings = BenchSettings {
+            concurrency: 2,
+            warmup: 1,
+            limit: Limit::Queries(3),
+        };
+        let measured = run(
+            2,
+            settings,
+            || Ok::<_, String>(()),
+            |_, _| {
+                burn(Duration::from_millis(5));
+                // Work another thread does for the client is not the client's.
+                thread::spawn(|| burn(Duration::from_millis(60)))
+                    .join()
+                    .expect("the helper does not panic");
+                Ok(reply(1))
+            },
+            |_| 0,
+            |_| {},
+        )
+        .unwrap();
+        assert_eq!(measured.queries, 3);
+        assert!(
+            measured.client_cpu >= Duration::from_millis(20),
+            "{measured:?}"
+        );
+        assert!(
+            measured.client_cpu < Duration::from_millis(60),
+            "{measured:?}"
+        );
     }
 
     #[test]

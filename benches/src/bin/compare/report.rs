@@ -21,15 +21,24 @@ pub struct Figures {
     pub p99_ms: f64,
     /// Median over rounds of the vector bytes the queries read per second.
     pub bytes_per_second: f64,
-    /// CPU time per query asked (warm-up included), where measured.
+    /// The system's own CPU time per query asked (warm-up included),
+    /// where measured: for Redis and bitfold, the servers', not the clients'.
     pub cpu_ms_per_query: Option<f64>,
+    /// The clients' CPU time per query asked, for the systems clients ask
+    /// over connections (Redis and bitfold).
+    pub client_cpu_ms_per_query: Option<f64>,
     /// Queries per second of each round.
     pub rounds: Vec<f64>,
 }
 
 impl Figures {
-    /// The figures of `runs` (one per round), with the CPU time per query if measured.
-    pub fn new(runs: &[Measured], cpu_ms_per_query: Option<f64>) -> Figures {
+    /// The figures of `runs` (one per round), with the system's and its
+    /// clients' CPU time per query where measured.
+    pub fn new(
+        runs: &[Measured],
+        cpu_ms_per_query: Option<f64>,
+        client_cpu_ms_per_query: Option<f64>,
+    ) -> Figures {
         let mut latencies: Vec<Duration> = runs
             .iter()
             .flat_map(|m| m.latencies.iter().copied())
@@ -44,6 +53,7 @@ impl Figures {
             p99_ms: ms(99.0),
             bytes_per_second: median(runs.iter().map(Measured::byte_rate).collect()),
             cpu_ms_per_query,
+            client_cpu_ms_per_query,
             rounds,
         }
     }
@@ -132,9 +142,9 @@ pub fn print_outcome(args: &Args, redis_version: &str, outcome: &Outcome) {
     );
     let _ = writeln!(
         text,
-        "| system | queries/s | p50 ms | p95 ms | p99 ms | GB/s read | CPU ms/query |"
+        "| system | queries/s | p50 ms | p95 ms | p99 ms | GB/s read | CPU ms/query | clients' CPU ms/query |"
     );
-    let _ = writeln!(text, "|---|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(text, "|---|---:|---:|---:|---:|---:|---:|---:|");
     for (system, f) in &outcome.systems {
         let label = match system {
             System::Redis => format!("Redis {redis_version} (BITOP by 16, pipelined)"),
@@ -145,12 +155,11 @@ pub fn print_outcome(args: &Args, redis_version: &str, outcome: &Outcome) {
             System::Roaring => "roaring-rs 0.12 (in-process)".to_owned(),
             System::Roof => "memory roof (each query's vectors read, all cores)".to_owned(),
         };
-        let cpu = f
-            .cpu_ms_per_query
-            .map_or("-".to_owned(), |c| format!("{c:.2}"));
+        let ms = |c: Option<f64>| c.map_or("-".to_owned(), |c| format!("{c:.2}"));
+        let (cpu, client_cpu) = (ms(f.cpu_ms_per_query), ms(f.client_cpu_ms_per_query));
         let _ = writeln!(
             text,
-            "| {label} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {cpu} |",
+            "| {label} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {cpu} | {client_cpu} |",
             f.queries_per_second,
             f.p50_ms,
             f.p95_ms,
@@ -164,12 +173,19 @@ pub fn print_outcome(args: &Args, redis_version: &str, outcome: &Outcome) {
         outcome.bitfold_read_bytes_per_query / f64::from(1 << 20),
         outcome.bitfold_sent_bytes_per_query / f64::from(1 << 20)
     );
-    let cpu_share = match (
-        outcome.figures(System::Bitfold).cpu_ms_per_query,
-        outcome.figures(System::Redis).cpu_ms_per_query,
-    ) {
-        (Some(bitfold), Some(redis)) if redis > 0.0 => {
-            format!(" at {:.2} of its CPU per query", bitfold / redis)
+    let (bitfold, redis) = (
+        outcome.figures(System::Bitfold),
+        outcome.figures(System::Redis),
+    );
+    let cpu_share = match (bitfold.cpu_ms_per_query, redis.cpu_ms_per_query) {
+        (Some(b), Some(r)) if r > 0.0 => {
+            let with_clients =
+                |own: f64, f: &Figures| own + f.client_cpu_ms_per_query.unwrap_or(0.0);
+            format!(
+                " at {:.2} of its CPU per query ({:.2} with each one's clients)",
+                b / r,
+                with_clients(b, bitfold) / with_clients(r, redis)
+            )
         }
         _ => String::new(),
     };

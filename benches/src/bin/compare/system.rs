@@ -36,6 +36,13 @@ impl System {
         self != System::Roof
     }
 
+    /// Whether clients ask it over connections, so that the clients' CPU
+    /// is measured apart from its own (roaring-rs and the roof run in the
+    /// asking thread: there the client is the system).
+    pub fn serves_clients(self) -> bool {
+        matches!(self, System::Redis | System::Bitfold)
+    }
+
     /// Its name in the chart's legend.
     pub fn legend(self) -> &'static str {
         match self {

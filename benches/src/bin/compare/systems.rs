@@ -177,15 +177,20 @@ impl<'s> Systems<'s> {
             systems: runs
                 .iter()
                 .map(|run| {
-                    let cpu = run.system.measures_cpu();
-                    let cpu_ms = cpu.then(|| run.cpu.as_secs_f64() * 1e3 / asked);
-                    (run.system, Figures::new(&run.rounds, cpu_ms))
+                    let per_query = |cpu: Duration| cpu.as_secs_f64() * 1e3 / asked;
+                    let cpu_ms = run.system.measures_cpu().then(|| per_query(run.cpu));
+                    let client_cpu_ms = run
+                        .system
+                        .serves_clients()
+                        .then(|| per_query(run.rounds.iter().map(|m| m.client_cpu).sum()));
+                    (run.system, Figures::new(&run.rounds, cpu_ms, client_cpu_ms))
                 })
                 .collect(),
         })
     }
 
-    /// One run of `system` over `queries`, and the CPU time it took.
+    /// One run of `system` over `queries`, and the CPU time the system
+    /// took (its clients' is in the run's figures).
     fn run(
         &self,
         system: System,
@@ -272,7 +277,13 @@ impl<'s> Systems<'s> {
                 |_| {},
             )?,
         };
-        Ok((measured, self.cpu(system)?.saturating_sub(cpu_before)))
+        let used = self.cpu(system)?.saturating_sub(cpu_before);
+        let own = match system {
+            // The cluster runs in this process beside its clients.
+            System::Bitfold => used.saturating_sub(measured.client_cpu),
+            System::Redis | System::Roaring | System::Roof => used,
+        };
+        Ok((measured, own))
     }
 
     /// CPU time `system` has used: the Redis server's, or this process's
@@ -296,7 +307,8 @@ fn dense_bytes(part: &VectorPart<'_>, len: usize) -> Vec<u8> {
     bytes
 }
 
-/// Every round of one system over one workload, and the CPU time they took.
+/// Every round of one system over one workload, and the CPU time the
+/// system took (without its clients').
 struct SystemRuns {
     system: System,
     rounds: Vec<Measured>,
