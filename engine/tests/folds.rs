@@ -4,7 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use bitfold_engine::fold::{IntersectionPlan, PlannedPart, Term, UnionPlan, intersection_count};
+use bitfold_engine::fold::{
+    IntersectionPlan, PlannedPart, Term, UnionPlan, filled_parts, intersection_count,
+};
 use bitfold_engine::{CONTAINER_WORDS, PART_MAX_DENSE, SPARSE_MAX, VectorBuf, VectorPart};
 use proptest::prelude::*;
 
@@ -190,6 +192,19 @@ proptest! {
         prop_assert_eq!(&plan.run(&inputs), &result);
         assert_well_formed(&result);
         prop_assert_eq!(result_bits(&result), expected);
+
+        // Into a kept buffer of garbage, shorter or longer than the union:
+        // it grows when short, keeps its tail when long.
+        let total: usize = plan.parts().iter().map(PlannedPart::dense_word_count).sum();
+        let kept_len = [0, total / 2, total + 100][(seed % 3) as usize];
+        let mut kept = vec![0x5a5a_5a5a_5a5a_5a5a_u64; kept_len];
+        plan.fill_all(&inputs, &mut kept);
+        prop_assert_eq!(kept.len(), kept_len.max(total));
+        prop_assert!(kept[total..].iter().all(|&w| w == 0x5a5a_5a5a_5a5a_5a5a));
+        let filled: Vec<VectorBuf> = filled_parts(plan.parts(), &kept)
+            .map(VectorBuf::from_part)
+            .collect();
+        prop_assert_eq!(&filled, &result);
 
         let mut shuffled = inputs.clone();
         shuffle(&mut shuffled, seed);

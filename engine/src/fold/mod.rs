@@ -167,9 +167,8 @@ fn check_fill(planned: &PlannedPart, out: &[u64], inputs: usize, planned_inputs:
     );
 }
 
-/// Fills every planned part into an owned vector.
 /// The vector parts of `parts` whose dense words were filled one part after
-/// the other into `words` ([`UnionPlan::fill_all`]).
+/// the other into the start of `words` ([`UnionPlan::fill_all`]).
 pub fn filled_parts<'a>(
     parts: &'a [PlannedPart],
     words: &'a [u64],

@@ -145,12 +145,16 @@ impl UnionPlan {
 
     /// Fills every output part into `words`, one part's dense words after
     /// the other (read them back with [`filled_parts`](super::filled_parts)).
-    /// `words` is resized to their total; since a fill overwrites every word,
-    /// only the words it never had are zeroed, so a buffer kept between
-    /// folds costs no clearing. Returns what the fills left unread.
+    /// `words` grows to their total if it is shorter and never shrinks (the
+    /// words past the total are left as they were): since a fill overwrites
+    /// every word, only words it never had are zeroed, so a buffer kept
+    /// between folds of different sizes costs no clearing. Returns what the
+    /// fills left unread.
     pub fn fill_all(&self, inputs: &[VectorPart<'_>], words: &mut Vec<u64>) -> Unread {
         let total = self.parts.iter().map(PlannedPart::dense_word_count).sum();
-        words.resize(total, 0);
+        if words.len() < total {
+            words.resize(total, 0);
+        }
         let mut unread = Unread::default();
         let mut at = 0;
         for (i, planned) in self.parts.iter().enumerate() {
