@@ -13,9 +13,10 @@
 //! takes them like any other dense container, without a copy.
 
 use std::borrow::Cow;
-use std::cell::Cell;
 
-use bitfold_engine::fold::{IntersectionPlan, PlannedPart, Term, UnionPlan, Unread, filled_parts};
+use bitfold_engine::fold::{
+    IntersectionPlan, KeptWords, PlannedPart, Term, UnionPlan, Unread, filled_parts,
+};
 use bitfold_engine::kernels;
 use bitfold_engine::{CONTAINER_WORDS, ContainerRef, MalformedPart, PART_MAX_DENSE, VectorPart};
 use bytemuck::Pod;
@@ -240,15 +241,6 @@ impl Written<'_> {
     }
 }
 
-thread_local! {
-    /// The output of [`write_compact`], kept between calls (up to
-    /// [`SCRATCH_KEEP_WORDS`]) so that each does not fault in fresh pages.
-    static SCRATCH: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
-}
-
-/// The largest scratch buffer a thread keeps (256 KiB).
-const SCRATCH_KEEP_WORDS: usize = 32 * CONTAINER_WORDS;
-
 /// Writes the union `plan` of `inputs` as a partial result or a term
 /// vector, into the list `init` makes for a number of parts: as
 /// [`write_union`] does, but each all-ones dense container travels as its
@@ -275,7 +267,7 @@ pub(crate) fn write_compact<'b>(
             let unread = write_union(init(plan.parts().len() as u32), plan, inputs);
             return (unread, crate::hop::planned_bytes(plan.parts()));
         }
-        let words = scratch.insert(SCRATCH.take());
+        let words = scratch.insert(KeptWords::take());
         unread = plan.fill_all(inputs, words);
         for part in filled_parts(plan.parts(), words) {
             containers.extend(part.containers().map(written));
@@ -302,12 +294,6 @@ pub(crate) fn write_compact<'b>(
     let mut bytes = 0;
     for (i, group) in groups.iter().enumerate() {
         bytes += write_containers(list.reborrow().get(i as u32), group);
-    }
-    drop(containers);
-    if let Some(words) = scratch
-        && words.capacity() <= SCRATCH_KEEP_WORDS
-    {
-        SCRATCH.set(words);
     }
     (unread, bytes)
 }

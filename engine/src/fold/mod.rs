@@ -16,9 +16,11 @@
 //! and a large fold is split across cores with rayon.
 
 mod intersection;
+mod kept;
 mod union;
 
 pub use intersection::{IntersectionPlan, Term, intersection_count};
+pub use kept::KeptWords;
 pub use union::{UnionPlan, Unread};
 
 use crate::vector::{CONTAINER_WORDS, PART_MAX_DENSE, VectorBuf, VectorPart};

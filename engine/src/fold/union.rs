@@ -12,13 +12,13 @@
 //! given, so a caller puts the widest first, and the fill reports what it
 //! left unread ([`Unread`]).
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::{CHUNK_WORDS, PartSplitter, PlannedPart, check_fill, run_parts, task_count};
+use super::{CHUNK_WORDS, KeptWords, PartSplitter, PlannedPart, check_fill, run_parts, task_count};
 use crate::kernels::Kernels;
 use crate::vector::{
     CONTAINER_WORDS, DenseContainer, PART_MAX_DENSE, SPARSE_MAX, VectorBuf, VectorPart,
@@ -236,54 +236,21 @@ fn fill_by_inputs(
             (1..groups)
                 .into_par_iter()
                 .map(|g| {
-                    let mut words = take_spare(len);
+                    let mut words = KeptWords::zeroed(len);
                     let mut unread = Unread::new(inputs.len());
                     fill_range(&group_runs(g), &[], inputs, 0, &mut words, &mut unread);
                     (words, unread)
                 })
                 .reduce_with(|(mut acc, unread), (words, more)| {
                     Kernels::best().or_into(&mut acc, &words);
-                    give_spare(words);
                     (acc, unread.merged(more))
                 })
         },
     );
     if let Some((words, more)) = rest {
         Kernels::best().or_into(out, &words);
-        give_spare(words);
         unread.add(&more);
     }
-}
-
-thread_local! {
-    /// A buffer for a group's copy of a small output, kept between fills so
-    /// that each fill does not fault in fresh pages for it (the kernel
-    /// zero-fills them, a cost that can dominate a small fold).
-    static SPARE: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
-}
-
-/// The largest spare buffer a thread keeps (256 KiB).
-const SPARE_MAX_WORDS: usize = 32 * CONTAINER_WORDS;
-
-/// This thread's spare buffer, `len` words long.
-fn take_spare(len: usize) -> Vec<u64> {
-    let mut words = SPARE.take();
-    words.clear();
-    words.resize(len, 0);
-    words
-}
-
-/// Keeps `words` as this thread's spare buffer if it is the larger one and
-/// not over [`SPARE_MAX_WORDS`].
-fn give_spare(words: Vec<u64>) {
-    let kept = SPARE.take();
-    SPARE.set(
-        if kept.capacity() >= words.capacity() || words.capacity() > SPARE_MAX_WORDS {
-            kept
-        } else {
-            words
-        },
-    );
 }
 
 /// A window of one input's words folded into an output chunk.

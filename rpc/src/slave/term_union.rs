@@ -5,26 +5,13 @@
 //! Proto message, each term vector would cost a zeroed segment (Cap'n
 //! Proto's allocator zeroes every one) and a copy into it, only to be read
 //! back on the same machine. A [`TermUnion`] is the union's plan and its
-//! dense words, filled once into a buffer this thread keeps between queries.
-
-use std::cell::RefCell;
+//! dense words, filled once into a buffer this thread keeps between queries
+//! ([`KeptWords`]).
 
 use bitfold_engine::VectorPart;
-use bitfold_engine::fold::{PlannedPart, UnionPlan, Unread, filled_parts};
+use bitfold_engine::fold::{KeptWords, PlannedPart, UnionPlan, Unread, filled_parts};
 
 use crate::hop;
-
-/// Buffers a thread keeps for term vectors (a query ANDs a few terms).
-const POOL_BUFFERS: usize = 8;
-
-/// The largest buffer a thread keeps (256 KiB, two 2^20-bit term vectors).
-const POOL_MAX_WORDS: usize = 32 << 10;
-
-thread_local! {
-    /// Word buffers of dropped term vectors, each with its length as it
-    /// was: a later fill overwrites every word, so only growth is zeroed.
-    static POOL: RefCell<Vec<Vec<u64>>> = const { RefCell::new(Vec::new()) };
-}
 
 /// Where a term's vector goes once its inputs are gathered: written into a
 /// message (an [`EndTarget`](super::handler::EndTarget)), or kept here.
@@ -40,11 +27,11 @@ impl<T: super::handler::EndTarget + ?Sized> TermEnd for T {
     }
 }
 
-/// A term's vector in memory: empty until [`TermEnd::put`].
-#[derive(Default)]
+/// A term's vector in memory: empty until [`TermEnd::put`]. Its buffer
+/// goes back to the pool of the thread that drops it.
 pub(crate) struct TermUnion {
     parts: Vec<PlannedPart>,
-    words: Vec<u64>,
+    words: KeptWords,
 }
 
 impl TermUnion {
@@ -52,7 +39,7 @@ impl TermUnion {
     pub(crate) fn new() -> TermUnion {
         TermUnion {
             parts: Vec::new(),
-            words: POOL.with_borrow_mut(Vec::pop).unwrap_or_default(),
+            words: KeptWords::take(),
         }
     }
 
@@ -68,20 +55,6 @@ impl TermEnd for TermUnion {
         let bytes = hop::planned_bytes(plan.parts());
         self.parts = plan.into_parts();
         (unread, bytes)
-    }
-}
-
-impl Drop for TermUnion {
-    fn drop(&mut self) {
-        let words = std::mem::take(&mut self.words);
-        if words.capacity() == 0 || words.capacity() > POOL_MAX_WORDS {
-            return;
-        }
-        POOL.with_borrow_mut(|pool| {
-            if pool.len() < POOL_BUFFERS {
-                pool.push(words);
-            }
-        });
     }
 }
 
@@ -115,36 +88,21 @@ mod tests {
             vec![vector(5, 2, 10_000), vector(70_000, 5, 100)],
             vec![vector(0, 1, 1)],
         ];
+        let mut first_buffer = None;
         for inputs in &queries {
             let parts: Vec<VectorPart<'_>> = inputs.iter().map(VectorBuf::as_part).collect();
             let mut kept = TermUnion::new();
             let (unread, bytes) = kept.put(UnionPlan::new(&parts), &parts);
+            let buffer = kept.words.as_ptr();
+            assert_eq!(
+                *first_buffer.get_or_insert(buffer),
+                buffer,
+                "one buffer serves every query"
+            );
             assert_eq!(unread.total(), 0);
             let expected: BTreeSet<u32> = parts.iter().flat_map(|p| p.bits()).collect();
             assert_eq!(bits(&kept.views()), expected);
             assert!(bytes > 0);
         }
-    }
-
-    #[test]
-    fn a_dropped_term_gives_its_buffer_back_once_and_only_if_small() {
-        POOL.with_borrow_mut(Vec::clear);
-        let input = vector(0, 2, 40_000);
-        let parts = [input.as_part()];
-        let mut kept = TermUnion::new();
-        kept.put(UnionPlan::new(&parts), &parts);
-        let buffer = kept.words.as_ptr();
-        drop(kept);
-        assert_eq!(POOL.with_borrow(Vec::len), 1);
-        assert_eq!(
-            TermUnion::new().words.as_ptr(),
-            buffer,
-            "the buffer is reused"
-        );
-        let mut large = TermUnion::new();
-        large.words = vec![0; POOL_MAX_WORDS + 1];
-        drop(large);
-        assert_eq!(POOL.with_borrow(Vec::len), 0, "a large buffer is not kept");
-        assert!(TermUnion::new().views().is_empty());
     }
 }
