@@ -4,8 +4,8 @@
 //! A chain that starts on the coordinator itself runs its handler locally,
 //! without an RPC to itself. Every failed machine any chain reports is
 //! collected and returned, and then nothing else: never a partial answer.
-//! The term vectors are read in place from the replies (the fan-out's own
-//! are kept in memory, `term_union.rs`); the intersection is filled
+//! The term vectors are read in place from the replies (those that end
+//! here are kept in memory, `term_union.rs`); the intersection is filled
 //! straight into this reply, or only counted when the master wants a count.
 
 use std::time::Instant;
@@ -13,13 +13,12 @@ use std::time::Instant;
 use bitfold_engine::VectorPart;
 use bitfold_engine::fold::{IntersectionPlan, intersection_count};
 use capnp::capability::Response;
-use capnp::message::{Builder, HeapAllocator};
 
 use crate::bitfold_capnp::{HopKind, PlanKind, Want, query_return_value, slave};
 use crate::budget::Budget;
 use crate::chain::Node;
 use crate::hop::{self, Hop};
-use crate::wire::{self, PartList, WirePart};
+use crate::wire::{self, WirePart};
 
 use super::handler::{self, FailedMachine, Machines, Nodes, Step};
 use super::term_union::{TermEnd, TermUnion};
@@ -29,9 +28,8 @@ use super::{Slave, fan_out};
 enum TermVector {
     /// The chain held no vid: the empty vector.
     Empty,
-    /// The chain ended on this machine: the vector in a message of ours.
-    Local(Builder<HeapAllocator>),
-    /// The fan-out's term vector, kept in memory here.
+    /// The chain ended on this machine, or the fan-out's term: the vector
+    /// kept in memory here.
     Union(TermUnion),
     /// Another machine answered (a vector or a failed machine).
     Remote(Response<slave::handle_results::Owned>),
@@ -63,10 +61,6 @@ impl TermVector {
         let wire = |parts| Ok(Ok(TermParts::Wire(parts)));
         match self {
             TermVector::Empty => wire(Vec::new()),
-            TermVector::Local(message) => {
-                let list: PartList<'_> = message.get_root_as_reader()?;
-                wire(wire::read_parts(list)?)
-            }
             TermVector::Union(union) => Ok(Ok(TermParts::Union(union))),
             TermVector::Remote(response) => match response.get()?.get_result()?.which()? {
                 query_return_value::Vector(list) => wire(wire::read_parts(list?)?),
@@ -95,7 +89,7 @@ async fn start_chain(
     you: u32,
     nodes: Nodes<'_>,
     budget: Budget,
-    end: &mut impl handler::EndTarget,
+    end: &mut impl TermEnd,
     reporting: Reporting,
 ) -> capnp::Result<(Step, Vec<Hop>)> {
     let (step, own) = if nodes.get(0).get_machine() == you {
@@ -131,11 +125,11 @@ async fn term_vector(
     if nodes.is_empty() {
         return Ok((TermVector::Empty, Vec::new()));
     }
-    let mut local = Builder::new_default();
+    let mut local = TermUnion::new();
     let (step, hops) =
         start_chain(slave, machines, you, nodes, budget, &mut local, reporting).await?;
     let vector = match step {
-        Step::Ended => TermVector::Local(local),
+        Step::Ended => TermVector::Union(local),
         Step::Forwarded(response) => TermVector::Remote(response),
         Step::Failed(failed) => TermVector::Failed(failed),
     };

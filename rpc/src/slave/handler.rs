@@ -23,6 +23,7 @@ use crate::hop::{self, Hop};
 use crate::wire;
 
 use super::Slave;
+use super::term_union::TermEnd;
 
 /// A chain's nodes.
 pub(crate) type Nodes<'a> = capnp::struct_list::Reader<'a, machine_vec_node::Owned>;
@@ -101,15 +102,9 @@ impl EndTarget for slave::CoordinateResults {
     }
 }
 
-impl EndTarget for capnp::message::Builder<capnp::message::HeapAllocator> {
-    fn init_vector(&mut self, parts: u32) -> capnp::struct_list::Builder<'_, part::Owned> {
-        self.initn_root(parts)
-    }
-}
-
 /// Runs the chain `nodes` from this machine (the first node's) on, with the
-/// incoming `partial` result. When the chain ends here, the vector is
-/// written into `end`. With `report` (when the hop began), also returns
+/// incoming `partial` result. When the chain ends here, the vector goes to
+/// `end`. With `report` (when the hop began), also returns
 /// this hop's report, its time ending when it sent its vector on.
 pub(crate) async fn handle_hop(
     slave: &Slave,
@@ -117,7 +112,7 @@ pub(crate) async fn handle_hop(
     nodes: Nodes<'_>,
     partial: &[VectorPart<'_>],
     budget: Budget,
-    end: &mut impl EndTarget,
+    end: &mut impl TermEnd,
     report: Option<Instant>,
 ) -> capnp::Result<(Step, Option<Hop>)> {
     if nodes.is_empty() {
@@ -151,7 +146,7 @@ pub(crate) async fn handle_hop(
         );
     };
     if leading == nodes.len() {
-        report_sent(wire::write_compact(|n| end.init_vector(n), &plan, &inputs));
+        report_sent(end.put(plan, &inputs));
         return Ok((Step::Ended, sent.get()));
     }
     let answer = forward(

@@ -1,8 +1,9 @@
 //! A term's vector the coordinator keeps in memory for its own AND.
 //!
 //! In the fan-out plan the coordinator ORs each term's gathered partial
-//! results with its own vectors, then ANDs the terms. Written into a Cap'n
-//! Proto message, each term vector would cost a zeroed segment (Cap'n
+//! results with its own vectors, then ANDs the terms; in the chain plan a
+//! term's chain may end on the coordinator. Written into a Cap'n Proto
+//! message, each such term vector would cost a zeroed segment (Cap'n
 //! Proto's allocator zeroes every one) and a copy into it, only to be read
 //! back on the same machine. A [`TermUnion`] is the union's plan and its
 //! dense words, filled once into a buffer this thread keeps between queries
