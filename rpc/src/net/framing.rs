@@ -112,7 +112,8 @@ pub(crate) async fn read_message<R: AsyncRead + Unpin>(
     let mut words = 0u64;
     for size in table[4..].chunks_exact(4).take(count) {
         words += u64::from(u32::from_le_bytes(size.try_into().expect("4 bytes")));
-        ends.push(words);
+        // Over usize only past the bound, which is refused below.
+        ends.push(usize::try_from(words).unwrap_or(usize::MAX));
     }
     if words > MAX_MESSAGE_WORDS as u64 {
         return Err(capnp::Error::failed(format!(
@@ -136,10 +137,6 @@ pub(crate) async fn read_message<R: AsyncRead + Unpin>(
         _ => Body::copied(&bytes),
     });
     super::received::remember(&body);
-    let ends = ends
-        .into_iter()
-        .map(|end| usize::try_from(end).expect("bounded by MAX_MESSAGE_WORDS"))
-        .collect();
     Ok(Some(Reader::new(Segments { body, ends }, options)))
 }
 
