@@ -23,6 +23,8 @@ pub use intersection::{IntersectionPlan, Term, intersection_count};
 pub use kept::KeptWords;
 pub use union::{UnionPlan, Unread};
 
+use std::ops::Range;
+
 use crate::vector::{CONTAINER_WORDS, PART_MAX_DENSE, VectorBuf, VectorPart};
 
 /// Output words a fill works on at a time (64 KiB): big enough that each
@@ -175,11 +177,19 @@ pub fn filled_parts<'a>(
     parts: &'a [PlannedPart],
     words: &'a [u64],
 ) -> impl Iterator<Item = VectorPart<'a>> + 'a {
-    let mut at = 0;
-    parts.iter().map(move |planned| {
-        let len = planned.dense_word_count();
-        at += len;
-        planned.with_words(&words[at - len..at])
+    parts
+        .iter()
+        .zip(word_ranges(parts))
+        .map(|(planned, range)| planned.with_words(&words[range]))
+}
+
+/// Where the dense words of each of `parts` lie when they are filled one
+/// part after the other into one buffer.
+fn word_ranges(parts: &[PlannedPart]) -> impl Iterator<Item = Range<usize>> + '_ {
+    parts.iter().scan(0, |at, planned| {
+        let start = *at;
+        *at += planned.dense_word_count();
+        Some(start..*at)
     })
 }
 

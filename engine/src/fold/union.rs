@@ -18,7 +18,10 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::{CHUNK_WORDS, KeptWords, PartSplitter, PlannedPart, check_fill, run_parts, task_count};
+use super::{
+    CHUNK_WORDS, KeptWords, PartSplitter, PlannedPart, check_fill, run_parts, task_count,
+    word_ranges,
+};
 use crate::kernels::Kernels;
 use crate::vector::{
     CONTAINER_WORDS, DenseContainer, PART_MAX_DENSE, SPARSE_MAX, VectorBuf, VectorPart,
@@ -156,11 +159,8 @@ impl UnionPlan {
             words.resize(total, 0);
         }
         let mut unread = Unread::default();
-        let mut at = 0;
-        for (i, planned) in self.parts.iter().enumerate() {
-            let len = planned.dense_word_count();
-            unread.add(&self.fill(i, inputs, &mut words[at..at + len]));
-            at += len;
+        for (i, range) in word_ranges(&self.parts).enumerate() {
+            unread.add(&self.fill(i, inputs, &mut words[range]));
         }
         unread
     }
