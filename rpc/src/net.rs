@@ -28,7 +28,6 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
-use tokio_util::compat::TokioAsyncWriteCompatExt;
 
 use crate::bitfold_capnp::slave;
 use crate::tls::Tls;
@@ -110,7 +109,10 @@ impl Sent {
     }
 }
 
-/// A socket's write half that adds what it writes to a [`Sent`].
+/// A socket's write half, as the `futures` writer capnp-rpc wants, that
+/// adds what it writes to a [`Sent`]. It passes vectored writes on as they
+/// are (tokio-util's `Compat` sends only the first slice of one), so a
+/// message's buffered pieces and its large segment leave in one send.
 struct Counted<W> {
     inner: W,
     sent: Sent,
@@ -129,7 +131,7 @@ impl<W> Counted<W> {
     }
 }
 
-impl<W: futures::AsyncWrite + Unpin> futures::AsyncWrite for Counted<W> {
+impl<W: AsyncWrite + Unpin> futures::AsyncWrite for Counted<W> {
     fn poll_write(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -159,7 +161,7 @@ impl<W: futures::AsyncWrite + Unpin> futures::AsyncWrite for Counted<W> {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_close(cx)
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -319,16 +321,22 @@ fn network(
 ) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
     Box::new(vat::TwoParty::new(
         tokio::io::BufReader::new(reader),
-        writer::WriteBuffer::new(
-            WRITE_BUFFER,
-            Counted {
-                inner: writer.compat_write(),
-                sent,
-            },
-        ),
+        sending(writer, sent),
         side,
         reader_options(),
     ))
+}
+
+/// What capnp-rpc writes a connection's messages to: its socket's write
+/// half, through the write buffer, counted in `sent`.
+fn sending<W: AsyncWrite + Unpin>(writer: W, sent: Sent) -> writer::WriteBuffer<Counted<W>> {
+    writer::WriteBuffer::new(
+        WRITE_BUFFER,
+        Counted {
+            inner: writer,
+            sent,
+        },
+    )
 }
 
 /// Which end of a TLS connection this process is.
@@ -647,7 +655,77 @@ pub(crate) fn local_addr(listener: &TcpListener) -> Result<SocketAddr, crate::Er
 
 #[cfg(test)]
 mod tests {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use futures::AsyncWriteExt;
+
     use super::*;
+
+    /// A socket's write half that takes everything and counts its calls.
+    #[derive(Default, Clone)]
+    struct Socket(Rc<RefCell<Written>>);
+
+    #[derive(Default)]
+    struct Written {
+        bytes: Vec<u8>,
+        calls: usize,
+    }
+
+    impl AsyncWrite for Socket {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.poll_write_vectored(cx, &[std::io::IoSlice::new(buf)])
+        }
+
+        fn poll_write_vectored(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            slices: &[std::io::IoSlice<'_>],
+        ) -> Poll<std::io::Result<usize>> {
+            let mut written = self.0.borrow_mut();
+            written.calls += 1;
+            for slice in slices {
+                written.bytes.extend_from_slice(slice);
+            }
+            Poll::Ready(Ok(slices.iter().map(|s| s.len()).sum()))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[test]
+    fn a_message_with_a_partial_result_leaves_in_one_send_and_is_counted() {
+        let table = vec![1u8; 16];
+        let root = vec![2u8; 200];
+        let data = vec![3u8; 128 << 10];
+        let sent = Sent::default();
+        let socket = Socket::default();
+        futures::executor::block_on(async {
+            let mut writer = sending(socket.clone(), sent.clone());
+            for piece in [&table, &root, &data] {
+                writer.write_all(piece).await.unwrap();
+            }
+            writer.flush().await.unwrap();
+        });
+        let written = socket.0.borrow();
+        assert_eq!(written.calls, 1, "one send wakes the peer once");
+        assert_eq!(written.bytes, [table, root, data].concat());
+        assert_eq!(sent.bytes(), written.bytes.len() as u64);
+    }
 
     /// What the server of `connection` answers a call with.
     async fn answer(connection: &Connection<slave::Client>) -> String {
