@@ -18,5 +18,11 @@ pub(crate) fn map(file: &File) -> io::Result<Mmap> {
     // Another program editing the data directory by hand is outside what the
     // store can defend against, and the footer checksum catches such damage
     // when the store is opened.
-    unsafe { Mmap::map(file) }
+    let map = unsafe { Mmap::map(file) }?;
+    // Only a hint: where the kernel caches files in huge pages, a map read
+    // back from disk (after a restart) is read ahead and mapped a huge page
+    // at a time, as a freshly written one is (see `storage::CHUNK`).
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
+    Ok(map)
 }
