@@ -310,7 +310,8 @@ const CHUNK: usize = 2 << 20;
 /// the last one shorter.
 struct ChunkWriter<W> {
     file: W,
-    /// Bytes after the last whole chunk written, fewer than [`CHUNK`].
+    /// Bytes after the last whole chunk written, fewer than [`CHUNK`];
+    /// its capacity is one chunk from the start, so it never grows.
     buffer: Vec<u8>,
 }
 
@@ -318,7 +319,7 @@ impl<W: Write> ChunkWriter<W> {
     fn new(file: W) -> ChunkWriter<W> {
         ChunkWriter {
             file,
-            buffer: Vec::new(),
+            buffer: Vec::with_capacity(CHUNK),
         }
     }
 
@@ -328,7 +329,6 @@ impl<W: Write> ChunkWriter<W> {
     fn write_all(&mut self, mut bytes: &[u8]) -> io::Result<()> {
         if !self.buffer.is_empty() {
             let n = bytes.len().min(CHUNK - self.buffer.len());
-            self.buffer.reserve_exact(CHUNK - self.buffer.len());
             self.buffer.extend_from_slice(&bytes[..n]);
             bytes = &bytes[n..];
             if self.buffer.len() < CHUNK {
