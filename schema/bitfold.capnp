@@ -71,6 +71,11 @@ struct Part {
   fullKeys @5 :Data;      # u16 per all-ones container, ascending; only in
                           # partial results and term vectors, and then the
                           # part holds no other container
+  holeKeys @6 :Data;      # u16 per nearly-full container, ascending; only in
+                          # partial results and term vectors, and then the
+                          # part holds no other container
+  holeEnds @7 :Data;      # u32 end offset of each nearly-full container in holeValues
+  holeValues @8 :Data;    # u16 positions of its zero bits, ascending within a container
 }
 
 struct VidVector {

@@ -90,7 +90,7 @@ impl Deref for Words {
 pub fn read_vector(
     list: capnp::struct_list::Reader<'_, part::Owned>,
 ) -> capnp::Result<(Vec<u32>, bool)> {
-    let parts = wire::read_parts(list)?;
+    let parts = wire::read_partial(list, &mut wire::HoleBudget::per_message())?;
     let views = wire::views(&parts)?;
     let is_term = Term::new(&views).is_ok();
     let plan = UnionPlan::new(&views);

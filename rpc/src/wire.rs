@@ -1,4 +1,4 @@
-//! Vectors on the wire: a list of `Part`s, each six little-endian `Data`
+//! Vectors on the wire: a list of `Part`s, each nine little-endian `Data`
 //! fields read in place.
 //!
 //! Reading casts each `Data` to its element type with
@@ -10,7 +10,10 @@
 //! Partial results and term vectors send each all-ones container as its key
 //! alone (`fullKeys`, [`write_compact`]); [`views`] reads those keys as
 //! containers of a shared all-ones buffer, so a union or an intersection
-//! takes them like any other dense container, without a copy.
+//! takes them like any other dense container, without a copy. A nearly-full
+//! container (at most [`HOLES_MAX`] zero bits) travels as the positions of
+//! its zeros (`holeKeys`); [`read_partial`] expands it back into words,
+//! within a [`HoleBudget`] per message.
 
 use std::borrow::Cow;
 
@@ -22,6 +25,7 @@ use bitfold_engine::{CONTAINER_WORDS, ContainerRef, MalformedPart, PART_MAX_DENS
 use bytemuck::Pod;
 
 use crate::bitfold_capnp::part;
+use crate::net::MAX_MESSAGE_WORDS;
 
 const _: () = assert!(
     cfg!(target_endian = "little"),
@@ -39,19 +43,50 @@ pub(crate) struct WirePart<'a> {
     sparse_ends: Cow<'a, [u32]>,
     sparse_values: Cow<'a, [u16]>,
     full_keys: Cow<'a, [u16]>,
+    hole_keys: Cow<'a, [u16]>,
+    hole_ends: Cow<'a, [u32]>,
+    hole_values: Cow<'a, [u16]>,
+    /// The nearly-full containers' words, all ones but for their holes.
+    hole_words: Vec<u64>,
 }
 
 impl<'a> WirePart<'a> {
     /// Reads the six fields of `reader`.
     pub(crate) fn read(reader: part::Reader<'a>) -> capnp::Result<WirePart<'a>> {
-        Ok(WirePart {
+        let part = WirePart {
             dense_keys: cast(reader.get_dense_keys()?, "denseKeys")?,
             dense_words: cast(reader.get_dense_words()?, "denseWords")?,
             sparse_keys: cast(reader.get_sparse_keys()?, "sparseKeys")?,
             sparse_ends: cast(reader.get_sparse_ends()?, "sparseEnds")?,
             sparse_values: cast(reader.get_sparse_values()?, "sparseValues")?,
             full_keys: cast(reader.get_full_keys()?, "fullKeys")?,
-        })
+            hole_keys: cast(reader.get_hole_keys()?, "holeKeys")?,
+            hole_ends: cast(reader.get_hole_ends()?, "holeEnds")?,
+            hole_values: cast(reader.get_hole_values()?, "holeValues")?,
+            hole_words: Vec::new(),
+        };
+        let holes = [&part.hole_ends.len(), &part.hole_values.len()];
+        if part.hole_keys.is_empty() && holes.iter().any(|&&len| len > 0) {
+            return Err(failed(MalformedPart(
+                "hole ends or holes without hole keys".into(),
+            )));
+        }
+        Ok(part)
+    }
+
+    /// Fills in the words of this part's nearly-full containers, taking
+    /// them from `budget`.
+    fn expand_holes(&mut self, budget: &mut HoleBudget) -> Result<(), MalformedPart> {
+        let words = self.hole_keys.len() * CONTAINER_WORDS;
+        if words > budget.words {
+            return Err(MalformedPart(format!(
+                "more than {} nearly-full containers (hole keys) in one message",
+                MAX_MESSAGE_WORDS / CONTAINER_WORDS
+            )));
+        }
+        budget.words -= words;
+        self.hole_words = holey_words(&self.hole_keys, &self.hole_ends, &self.hole_values)?;
+        Ok(())
     }
 
     /// The validated view of this part, which must not have full keys (a
@@ -64,6 +99,9 @@ impl<'a> WirePart<'a> {
                     .into(),
             ));
         }
+        if !self.hole_keys.is_empty() {
+            return Err(MalformedPart(HOLES_ONLY_IN_PARTIALS.into()));
+        }
         VectorPart::new(
             &self.dense_keys,
             &self.dense_words,
@@ -73,21 +111,33 @@ impl<'a> WirePart<'a> {
         )
     }
 
-    /// Appends the views of this part's full keys: one per run of
-    /// consecutive keys (at most [`FULL_RUN`] each), over all-ones words.
-    fn push_full_views<'p>(&'p self, views: &mut Vec<VectorPart<'p>>) -> Result<(), MalformedPart> {
-        let others = [
+    /// Refuses this part, one with `kind` keys, if it holds containers of
+    /// another kind too: stored ones (dense or sparse), full or nearly full.
+    fn holds_one_kind(&self, kind: &str) -> Result<(), MalformedPart> {
+        let stored = [
             self.dense_keys.len(),
             self.dense_words.len(),
             self.sparse_keys.len(),
             self.sparse_ends.len(),
             self.sparse_values.len(),
         ];
-        if others.iter().any(|&len| len > 0) {
-            return Err(MalformedPart(
-                "a part with full keys holds other containers too".into(),
-            ));
+        let kinds = [
+            stored.iter().any(|&len| len > 0),
+            !self.full_keys.is_empty(),
+            !self.hole_keys.is_empty(),
+        ];
+        if kinds.iter().filter(|&&present| present).count() > 1 {
+            return Err(MalformedPart(format!(
+                "a part with {kind} keys holds other containers too"
+            )));
         }
+        Ok(())
+    }
+
+    /// Appends the views of this part's full keys: one per run of
+    /// consecutive keys (at most [`FULL_RUN`] each), over all-ones words.
+    fn push_full_views<'p>(&'p self, views: &mut Vec<VectorPart<'p>>) -> Result<(), MalformedPart> {
+        self.holds_one_kind("full")?;
         let keys: &'p [u16] = &self.full_keys;
         if keys.windows(2).any(|w| w[0] >= w[1]) {
             return Err(MalformedPart("full keys are not strictly ascending".into()));
@@ -96,6 +146,16 @@ impl<'a> WirePart<'a> {
         for run in runs.flat_map(|run| run.chunks(FULL_RUN)) {
             let words = &FULL_WORDS[..run.len() * CONTAINER_WORDS];
             views.push(VectorPart::new(run, words, &[], &[], &[])?);
+        }
+        Ok(())
+    }
+
+    /// Appends the views of this part's nearly-full containers.
+    fn push_hole_views<'p>(&'p self, views: &mut Vec<VectorPart<'p>>) -> Result<(), MalformedPart> {
+        self.holds_one_kind("hole")?;
+        let words = self.hole_words.chunks(PART_MAX_DENSE * CONTAINER_WORDS);
+        for (keys, words) in self.hole_keys.chunks(PART_MAX_DENSE).zip(words) {
+            views.push(VectorPart::new(keys, words, &[], &[], &[])?);
         }
         Ok(())
     }
@@ -180,10 +240,55 @@ pub(crate) fn at_most(len: u32, most: u32, what: &str) -> capnp::Result<()> {
     Ok(())
 }
 
-/// Reads every part of a list (at most [`MAX_PARTS`]).
+/// Reads every part of a list (at most [`MAX_PARTS`]) of a vector that
+/// is not a partial result or a term vector: nearly-full containers are
+/// refused.
 pub(crate) fn read_parts(list: PartList<'_>) -> capnp::Result<Vec<WirePart<'_>>> {
     at_most(list.len(), MAX_PARTS, "parts of a vector")?;
-    list.iter().map(WirePart::read).collect()
+    list.iter()
+        .map(|reader| {
+            let part = WirePart::read(reader)?;
+            if !part.hole_keys.is_empty() {
+                return Err(failed(MalformedPart(HOLES_ONLY_IN_PARTIALS.into())));
+            }
+            Ok(part)
+        })
+        .collect()
+}
+
+/// Reads every part of a partial result or a term vector (at most
+/// [`MAX_PARTS`]), expanding its nearly-full containers within `budget`.
+pub(crate) fn read_partial<'a>(
+    list: PartList<'a>,
+    budget: &mut HoleBudget,
+) -> capnp::Result<Vec<WirePart<'a>>> {
+    at_most(list.len(), MAX_PARTS, "parts of a vector")?;
+    let mut parts = Vec::with_capacity(list.len() as usize);
+    for reader in list {
+        let mut part = WirePart::read(reader)?;
+        if !part.hole_keys.is_empty() {
+            part.expand_holes(budget).map_err(failed)?;
+        }
+        parts.push(part);
+    }
+    Ok(parts)
+}
+
+/// What the nearly-full containers of one message may expand to: as many
+/// words as the message itself could hold ([`MAX_MESSAGE_WORDS`]), so that
+/// a message of a few hole positions costs no more memory than the largest
+/// message of words would.
+pub(crate) struct HoleBudget {
+    words: usize,
+}
+
+impl HoleBudget {
+    /// The budget of one message.
+    pub(crate) fn per_message() -> HoleBudget {
+        HoleBudget {
+            words: MAX_MESSAGE_WORDS,
+        }
+    }
 }
 
 /// The validated views of `parts`, a vector's: a part's full keys read as
@@ -197,10 +302,12 @@ pub(crate) fn views<'p>(parts: &'p [WirePart<'_>]) -> capnp::Result<Vec<VectorPa
     }
     let mut views = Vec::with_capacity(parts.len());
     for part in parts {
-        if part.full_keys.is_empty() {
-            views.push(part.view().map_err(failed)?);
-        } else {
+        if !part.full_keys.is_empty() {
             part.push_full_views(&mut views).map_err(failed)?;
+        } else if !part.hole_keys.is_empty() {
+            part.push_hole_views(&mut views).map_err(failed)?;
+        } else {
+            views.push(part.view().map_err(failed)?);
         }
     }
     Ok(views)
@@ -231,13 +338,20 @@ pub(crate) fn write_union(
 #[derive(Debug, Clone, Copy)]
 enum Written<'w> {
     Full,
+    Holey(&'w [u64]),
     Dense(&'w [u64]),
     Sparse(&'w [u16]),
 }
 
 impl Written<'_> {
-    fn is_full(&self) -> bool {
-        matches!(self, Written::Full)
+    /// Which parts may hold this container with others: full ones, nearly
+    /// full ones and the rest each travel in parts of their own.
+    fn class(&self) -> u8 {
+        match self {
+            Written::Full => 0,
+            Written::Holey(_) => 1,
+            Written::Dense(_) | Written::Sparse(_) => 2,
+        }
     }
 }
 
@@ -274,10 +388,10 @@ pub(crate) fn write_compact<'b>(
         }
     }
     let mut groups: Vec<&[(u16, Written<'_>)]> = Vec::new();
-    for run in containers.chunk_by(|a, b| a.1.is_full() == b.1.is_full()) {
+    for run in containers.chunk_by(|a, b| a.1.class() == b.1.class()) {
         let (mut start, mut dense) = (0, 0);
         for (i, (_, written)) in run.iter().enumerate() {
-            if let Written::Dense(_) = written {
+            if let Written::Dense(_) | Written::Holey(_) = written {
                 if dense == PART_MAX_DENSE {
                     groups.push(&run[start..i]);
                     (start, dense) = (i, 0);
@@ -302,10 +416,78 @@ pub(crate) fn write_compact<'b>(
 fn written((key, container): (u16, ContainerRef<'_>)) -> (u16, Written<'_>) {
     let written = match container {
         ContainerRef::Dense(w) if kernels::all_ones(w) => Written::Full,
+        ContainerRef::Dense(w) if has_few_holes(w) => Written::Holey(w),
         ContainerRef::Dense(w) => Written::Dense(w),
         ContainerRef::Sparse(values) => Written::Sparse(values),
     };
     (key, written)
+}
+
+/// The most zero bits a dense container of a partial result or a term
+/// vector may have to travel as their positions (`holeKeys`) rather than
+/// as its words: 512 bytes of positions against 8 KiB of words.
+const HOLES_MAX: usize = 256;
+
+/// Why a stored vector, an import or a copy may not hold hole keys.
+const HOLES_ONLY_IN_PARTIALS: &str =
+    "a part with hole keys (holeKeys), which only partial results and term vectors carry";
+
+/// Whether `words` (a dense container) has at most [`HOLES_MAX`] zero bits;
+/// stops counting as soon as it has more.
+fn has_few_holes(words: &[u64]) -> bool {
+    let mut zeros = 0;
+    for chunk in words.chunks(8) {
+        zeros += chunk
+            .iter()
+            .map(|w| w.count_zeros() as usize)
+            .sum::<usize>();
+        if zeros > HOLES_MAX {
+            return false;
+        }
+    }
+    true
+}
+
+/// The words of nearly-full containers sent as `keys`, `ends` and `holes`
+/// (the positions of each one's zero bits): all ones but for those.
+fn holey_words(keys: &[u16], ends: &[u32], holes: &[u16]) -> Result<Vec<u64>, MalformedPart> {
+    if ends.len() != keys.len() || ends.last().map(|&end| end as usize) != Some(holes.len()) {
+        return Err(MalformedPart(format!(
+            "{} hole keys, {} hole ends and {} holes do not agree",
+            keys.len(),
+            ends.len(),
+            holes.len()
+        )));
+    }
+    let mut words = vec![u64::MAX; keys.len() * CONTAINER_WORDS];
+    let mut start = 0;
+    for (container, &end) in words.chunks_exact_mut(CONTAINER_WORDS).zip(ends) {
+        let end = end as usize;
+        let Some(positions) = holes.get(start..end).filter(|p| !p.is_empty()) else {
+            return Err(MalformedPart("hole ends are not strictly ascending".into()));
+        };
+        if positions.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(MalformedPart(
+                "a container's holes are not strictly ascending".into(),
+            ));
+        }
+        for &bit in positions {
+            container[usize::from(bit) / 64] &= !(1 << (bit % 64));
+        }
+        start = end;
+    }
+    Ok(words)
+}
+
+/// Appends the positions of the zero bits of `words`, ascending.
+fn push_holes(words: &[u64], holes: &mut Vec<u16>) {
+    for (i, &word) in words.iter().enumerate() {
+        let mut zeros = !word;
+        while zeros != 0 {
+            holes.push((i * 64) as u16 + zeros.trailing_zeros() as u16);
+            zeros &= zeros - 1;
+        }
+    }
 }
 
 /// Writes `containers` (ascending keys, at most [`PART_MAX_DENSE`] dense)
@@ -313,9 +495,15 @@ fn written((key, container): (u16, ContainerRef<'_>)) -> (u16, Written<'_>) {
 fn write_containers(mut builder: part::Builder<'_>, containers: &[(u16, Written<'_>)]) -> u64 {
     let (mut full, mut dense_keys) = (Vec::new(), Vec::new());
     let (mut sparse_keys, mut ends, mut values) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut hole_keys, mut hole_ends, mut holes) = (Vec::new(), Vec::new(), Vec::new());
     for &(key, written) in containers {
         match written {
             Written::Full => full.push(key),
+            Written::Holey(words) => {
+                hole_keys.push(key);
+                push_holes(words, &mut holes);
+                hole_ends.push(holes.len() as u32);
+            }
             Written::Dense(_) => dense_keys.push(key),
             Written::Sparse(positions) => {
                 sparse_keys.push(key);
@@ -341,8 +529,27 @@ fn write_containers(mut builder: part::Builder<'_>, containers: &[(u16, Written<
         out.copy_from_slice(bytemuck::cast_slice(words));
     }
     write_sparse(builder.reborrow(), &sparse_keys, &ends, &values);
-    put(builder.init_full_keys(data_len(full.len() * 2)), &full);
+    put(
+        builder.reborrow().init_full_keys(data_len(full.len() * 2)),
+        &full,
+    );
+    put(
+        builder
+            .reborrow()
+            .init_hole_keys(data_len(hole_keys.len() * 2)),
+        &hole_keys,
+    );
+    put(
+        builder
+            .reborrow()
+            .init_hole_ends(data_len(hole_ends.len() * 4)),
+        &hole_ends,
+    );
+    put(builder.init_hole_values(data_len(holes.len() * 2)), &holes);
     (size_of_val(&full[..])
+        + size_of_val(&hole_keys[..])
+        + size_of_val(&hole_ends[..])
+        + size_of_val(&holes[..])
         + dense_keys.len() * (2 + CONTAINER_WORDS * 8)
         + size_of_val(&sparse_keys[..])
         + size_of_val(&ends[..])
@@ -580,6 +787,191 @@ mod tests {
                 parts[0].view().is_err(),
                 "an import may not carry full keys"
             );
+        }
+    }
+
+    /// Container `key` of 2^16 bits with exactly the bits at `zeros` clear.
+    fn all_but(key: u32, zeros: &[u32]) -> Vec<u32> {
+        let zeros: BTreeSet<u32> = zeros.iter().copied().collect();
+        ((key << 16)..((key + 1) << 16))
+            .filter(|bit| !zeros.contains(&(bit & 0xffff)))
+            .collect()
+    }
+
+    /// `inputs`' union written as a partial result, and the list it became.
+    fn compact_message(
+        inputs: &[VectorPart<'_>],
+    ) -> (capnp::message::Builder<capnp::message::HeapAllocator>, u64) {
+        let plan = UnionPlan::new(inputs);
+        let mut message = capnp::message::Builder::new_default();
+        let (_, bytes) = write_compact(|n| message.initn_root(n), &plan, inputs);
+        (message, bytes)
+    }
+
+    #[test]
+    fn nearly_full_containers_travel_as_their_holes() {
+        // Key 0 full; 1 missing 3 bits; 2 missing 300 (dense); 3 missing
+        // 256 (the most that travel as holes); 4 sparse.
+        let few = [0, 77, 65_535];
+        let many: Vec<u32> = (0..300).map(|i| i * 211).collect();
+        let most: Vec<u32> = (0..256).map(|i| i * 255 + 1).collect();
+        let mut bits: Vec<u32> = all_but(0, &[]);
+        bits.extend(all_but(1, &few));
+        bits.extend(all_but(2, &many));
+        bits.extend(all_but(3, &most));
+        bits.extend([(4 << 16) + 5, (4 << 16) + 9]);
+        let want: BTreeSet<u32> = bits.iter().copied().collect();
+        let one = VectorBuf::from_sorted_bits(&bits);
+        let (message, bytes) = compact_message(&[one.as_part()]);
+        assert_eq!(
+            bytes,
+            2 + (2 + 8192) + 2 * 2 + 2 * 4 + (3 + 256) * 2 + (2 + 4 + 4),
+            "a full key, one dense container, two holey, one sparse"
+        );
+        let list: PartList<'_> = message.get_root_as_reader().unwrap();
+        let holes: Vec<usize> = list
+            .iter()
+            .map(|p| p.get_hole_values().unwrap().len() / 2)
+            .collect();
+        assert_eq!(
+            holes,
+            [0, 3, 0, 256, 0],
+            "full, holey, dense, holey, sparse"
+        );
+        let parts = read_partial(list, &mut HoleBudget::per_message()).unwrap();
+        let views = views(&parts).unwrap();
+        assert!(Term::new(&views).is_ok(), "the parts still form a term");
+        let got: BTreeSet<u32> = views.iter().flat_map(|p| p.bits()).collect();
+        assert_eq!(got, want);
+        let err = read_parts(list).err().unwrap().to_string();
+        assert!(
+            err.contains("only partial results and term vectors carry"),
+            "{err}"
+        );
+        assert!(
+            parts[1].view().is_err(),
+            "an import may not carry hole keys"
+        );
+    }
+
+    /// A one-part partial result `build` writes, read back as views; the
+    /// error if refused.
+    fn read_partial_built(
+        budget: &mut HoleBudget,
+        build: impl FnOnce(part::Builder<'_>),
+    ) -> Result<Vec<u32>, String> {
+        let mut message = capnp::message::Builder::new_default();
+        build(
+            message
+                .initn_root::<capnp::struct_list::Builder<part::Owned>>(1)
+                .get(0),
+        );
+        let parts = read_partial(message.get_root_as_reader().unwrap(), budget)
+            .map_err(|e| e.to_string())?;
+        let views = views(&parts).map_err(|e| e.to_string())?;
+        Ok(views.iter().flat_map(|p| p.bits()).collect())
+    }
+
+    #[test]
+    fn malformed_holes_are_refused() {
+        fn bytes<T: Pod>(values: &[T]) -> Vec<u8> {
+            bytemuck::cast_slice::<T, u8>(values).to_vec()
+        }
+        let holes = |keys: &[u16], ends: &[u32], values: &[u16]| {
+            let (keys, ends, values) = (bytes(keys), bytes(ends), bytes(values));
+            move |mut p: part::Builder<'_>| {
+                p.set_hole_keys(&keys);
+                p.set_hole_ends(&ends);
+                p.set_hole_values(&values);
+            }
+        };
+        let budget = &mut HoleBudget::per_message();
+        let got = read_partial_built(budget, holes(&[2, 5], &[1, 3], &[9, 0, 65_535])).unwrap();
+        let mut want = all_but(2, &[9]);
+        want.extend(all_but(5, &[0, 65_535]));
+        assert_eq!(got, want);
+        let refused = [
+            (holes(&[2, 5], &[1], &[9, 0]), "do not agree"),
+            (holes(&[2], &[1], &[9, 0]), "do not agree"),
+            (
+                holes(&[2, 5], &[1, 1], &[9]),
+                "hole ends are not strictly ascending",
+            ),
+            (
+                holes(&[2, 5, 7], &[2, 1, 3], &[9, 10, 11]),
+                "hole ends are not strictly ascending",
+            ),
+            (
+                holes(&[2], &[2], &[9, 9]),
+                "holes are not strictly ascending",
+            ),
+            (holes(&[5, 2], &[1, 2], &[9, 10]), "ascend"),
+            (holes(&[], &[1], &[9]), "without hole keys"),
+        ];
+        for (build, want) in refused {
+            let err = read_partial_built(budget, build).unwrap_err();
+            assert!(err.contains(want), "{err} (expected: {want})");
+        }
+        let err = read_partial_built(budget, |mut p| {
+            holes(&[2], &[1], &[9])(p.reborrow());
+            p.set_sparse_keys(&bytes(&[4u16]));
+        })
+        .unwrap_err();
+        assert!(err.contains("holds other containers too"), "{err}");
+        // A message may expand to as many words as it could hold, no more.
+        let mut budget = HoleBudget {
+            words: 2 * CONTAINER_WORDS,
+        };
+        assert!(read_partial_built(&mut budget, holes(&[1, 2], &[1, 2], &[3, 4])).is_ok());
+        let err = read_partial_built(&mut budget, holes(&[3], &[1], &[3])).unwrap_err();
+        assert!(
+            err.contains("nearly-full containers (hole keys) in one message"),
+            "{err}"
+        );
+    }
+
+    proptest::proptest! {
+        /// A union written as a partial result reads back as the union of
+        /// its inputs' bits, whichever way each container travels.
+        #[test]
+        fn partial_results_read_back_as_the_union(
+            containers in proptest::collection::vec(
+                (0u32..6, 0usize..4, proptest::collection::vec(0u32..65_536, 0..300)),
+                1..6,
+            )
+        ) {
+            // Per container: a key, then all ones but `bits` (kind 0), those
+            // bits alone (1), both in two inputs (2), or nothing but full (3).
+            let (mut a, mut b) = (BTreeSet::new(), BTreeSet::new());
+            for (key, kind, bits) in &containers {
+                match kind {
+                    0 => a.extend(all_but(*key, bits)),
+                    1 => a.extend(bits.iter().map(|bit| (key << 16) | bit)),
+                    2 => {
+                        a.extend(all_but(*key, bits));
+                        b.extend(bits.iter().map(|bit| (key << 16) | bit));
+                    }
+                    _ => b.extend(all_but(*key, &[])),
+                }
+            }
+            let want: BTreeSet<u32> = a.union(&b).copied().collect();
+            let (a, b) = (
+                VectorBuf::from_sorted_bits(&a.into_iter().collect::<Vec<_>>()),
+                VectorBuf::from_sorted_bits(&b.into_iter().collect::<Vec<_>>()),
+            );
+            for inputs in [&[a.as_part(), b.as_part()][..], &[a.as_part()]] {
+                let (message, _) = compact_message(inputs);
+                let parts = read_partial(message.get_root_as_reader().unwrap(), &mut HoleBudget::per_message()).unwrap();
+                let views = views(&parts).unwrap();
+                proptest::prop_assert!(Term::new(&views).is_ok());
+                let got: BTreeSet<u32> = views.iter().flat_map(|p| p.bits()).collect();
+                let expected: BTreeSet<u32> = if inputs.len() == 2 {
+                    want.clone()
+                } else {
+                    inputs[0].bits().collect()
+                };
+                proptest::prop_assert_eq!(got, expected);
+            }
         }
     }
 

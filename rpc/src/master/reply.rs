@@ -90,7 +90,8 @@ pub(super) fn write_found(
         }
     };
     let wire_parts = match list {
-        Some(list) => wire::read_parts(list).map_err(Failure::internal)?,
+        Some(list) => wire::read_partial(list, &mut wire::HoleBudget::per_message())
+            .map_err(Failure::internal)?,
         None => Vec::new(),
     };
     let parts = wire::views(&wire_parts).map_err(Failure::internal)?;

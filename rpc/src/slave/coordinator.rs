@@ -18,7 +18,7 @@ use crate::bitfold_capnp::{HopKind, PlanKind, Want, query_return_value, slave};
 use crate::budget::Budget;
 use crate::chain::Node;
 use crate::hop::{self, Hop};
-use crate::wire::{self, WirePart};
+use crate::wire::{self, HoleBudget, WirePart};
 
 use super::handler::{self, FailedMachine, Machines, Nodes, Step};
 use super::term_union::{TermEnd, TermUnion};
@@ -63,7 +63,9 @@ impl TermVector {
             TermVector::Empty => wire(Vec::new()),
             TermVector::Union(union) => Ok(Ok(TermParts::Union(union))),
             TermVector::Remote(response) => match response.get()?.get_result()?.which()? {
-                query_return_value::Vector(list) => wire(wire::read_parts(list?)?),
+                query_return_value::Vector(list) => {
+                    wire(wire::read_partial(list?, &mut HoleBudget::per_message())?)
+                }
                 query_return_value::FailedMachine(failed) => Ok(Err(FailedMachine::read(failed?)?)),
             },
             TermVector::Failed(failed) => Ok(Err(failed.clone())),
@@ -169,7 +171,7 @@ async fn answer_one_term(
                 let list = list?;
                 // The reply is the term's vector as the chain's end wrote it:
                 // check it as the intersection path would, then copy it.
-                let wire_parts = wire::read_parts(list)?;
+                let wire_parts = wire::read_partial(list, &mut HoleBudget::per_message())?;
                 wire::terms(&[wire::views(&wire_parts)?])?;
                 results.get().init_result().set_vector(list)?;
                 return Ok(());

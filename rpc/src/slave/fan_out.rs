@@ -18,7 +18,7 @@ use crate::bitfold_capnp::{HopKind, gather_result, slave};
 use crate::budget::Budget;
 use crate::chain::{self, Node, VidRun};
 use crate::hop::Hop;
-use crate::wire::{self, WirePart};
+use crate::wire::{self, HoleBudget, WirePart};
 
 use super::Slave;
 use super::handler::{FailedMachine, Machines};
@@ -213,8 +213,9 @@ pub(crate) async fn term_vectors(
         let gather_result::Terms(terms) = response.get()?.get_result()?.which()? else {
             unreachable!("ask keeps only answers with terms");
         };
+        let mut budget = HoleBudget::per_message();
         for (term, list) in terms?.iter().enumerate() {
-            remote[term].extend(wire::read_parts(list?)?);
+            remote[term].extend(wire::read_partial(list?, &mut budget)?);
         }
     }
     let mut sent = 0;

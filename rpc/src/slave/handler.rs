@@ -20,7 +20,7 @@ use crate::bitfold_capnp::{HopKind, machine, machine_vec_node, part, slave};
 use crate::budget::{Budget, hops, micros};
 use crate::chain::{self, Node};
 use crate::hop::{self, Hop};
-use crate::wire;
+use crate::wire::{self, HoleBudget};
 
 use super::Slave;
 use super::term_union::TermEnd;
@@ -231,7 +231,7 @@ pub(crate) async fn handle(
     let arrived = Instant::now();
     let params = params.get()?;
     let budget = slave.budget(arrived, params.get_budget_micros());
-    let wire_parts = wire::read_parts(params.get_partial()?)?;
+    let wire_parts = wire::read_partial(params.get_partial()?, &mut HoleBudget::per_message())?;
     let partial = wire::views(&wire_parts)?;
     let report = params.get_report().then_some(arrived);
     let (step, own) = handle_hop(
