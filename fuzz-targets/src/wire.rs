@@ -4,7 +4,8 @@ use bitfold_rpc::fuzzing;
 /// The slave's decoding of a request's vectors. The first byte picks how
 /// `data` becomes a message: even, a list of vids and parts built from the
 /// bytes (keys unsorted or repeated, containers overlapping, lengths that
-/// disagree; 2 modulo 4, with full keys too); odd, the bytes read as a
+/// disagree; 2 modulo 4, with full keys too; 4 or 6 modulo 8, with hole
+/// keys too); odd, the bytes read as a
 /// message as they come off the socket. The message's root is read both as
 /// a list of parts (a partial result) and as a list of `VidVector`s (an
 /// import): refused cleanly, or read as the bits a naive decoding of the
@@ -14,7 +15,7 @@ pub fn wire(data: &[u8]) {
         return;
     };
     let bytes = if mode % 2 == 0 {
-        build(rest, mode % 4 == 2)
+        build(rest, mode % 4 == 2, mode % 8 >= 4)
     } else {
         rest.to_vec()
     };
@@ -53,7 +54,7 @@ fn check_vector(list: capnp::struct_list::Reader<'_, part::Owned>) -> bool {
     true
 }
 
-/// An import over a bound, with full keys, or with a vector whose parts do
+/// An import over a bound, with full or hole keys, or with a vector whose parts do
 /// not read as a partial result's would, is refused; any other is read as a slave reads it
 /// before it touches its store: each part, in order, with its vector's vid
 /// and the bits a naive decoding of its fields gives. (No store is built:
@@ -89,15 +90,18 @@ fn check_import(vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>) {
         return;
     }
     let Ok(batch) = imported else {
-        // Full keys are a partial result's alone: an import carrying any is
-        // refused even where the same parts would read as a partial result.
-        let full_keys = lists
-            .iter()
-            .flat_map(|list| list.iter())
-            .any(|part| part.get_full_keys().is_ok_and(|keys| !keys.is_empty()));
+        // Full and hole keys are a partial result's alone: an import
+        // carrying any is refused even where the same parts would read as a
+        // partial result.
+        let partial_only = lists.iter().flat_map(|list| list.iter()).any(|part| {
+            part.get_full_keys().is_ok_and(|keys| !keys.is_empty())
+                || part.get_hole_keys().is_ok_and(|keys| !keys.is_empty())
+        });
+        // Every list is checked as a partial result, hole keys or not.
+        let read = lists.iter().filter(|&&list| check_vector(list)).count();
         assert!(
-            full_keys || !lists.iter().all(|&list| check_vector(list)),
-            "an import whose vectors all read, without full keys, is accepted"
+            partial_only || read < lists.len(),
+            "an import whose vectors all read, without full or hole keys, is accepted"
         );
         return;
     };
@@ -124,18 +128,34 @@ fn naive(part: part::Reader<'_>) -> Vec<u32> {
         let pairs = bytes.chunks_exact(2);
         pairs.map(|b| u16::from_le_bytes([b[0], b[1]])).collect()
     };
+    let ends = |bytes: &[u8]| -> Vec<usize> {
+        let quads = bytes.chunks_exact(4);
+        quads
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            .collect()
+    };
     let dense_keys = u16s(field(part.get_dense_keys()));
     let dense_words = field(part.get_dense_words());
     let sparse_keys = u16s(field(part.get_sparse_keys()));
-    let sparse_ends: Vec<usize> = field(part.get_sparse_ends())
-        .chunks_exact(4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
-        .collect();
+    let sparse_ends = ends(field(part.get_sparse_ends()));
     let sparse_values = u16s(field(part.get_sparse_values()));
     let full_keys = u16s(field(part.get_full_keys()));
+    let hole_keys = u16s(field(part.get_hole_keys()));
+    let hole_ends = ends(field(part.get_hole_ends()));
+    let holes = u16s(field(part.get_hole_values()));
     let mut bits = Vec::new();
     for &key in &full_keys {
         bits.extend((0..1 << 16).map(|low| u32::from(key) << 16 | low));
+    }
+    let mut start = 0;
+    for (&key, &end) in hole_keys.iter().zip(&hole_ends) {
+        let mut set = vec![true; 1 << 16];
+        for &zero in &holes[start..end] {
+            set[usize::from(zero)] = false;
+        }
+        let lows = (0..1 << 16).filter(|&low| set[low as usize]);
+        bits.extend(lows.map(|low| u32::from(key) << 16 | low));
+        start = end;
     }
     for (i, &key) in dense_keys.iter().enumerate() {
         let words = dense_words[i * 8192..(i + 1) * 8192].chunks_exact(8);
@@ -160,8 +180,9 @@ fn naive(part: part::Reader<'_>) -> Vec<u32> {
 }
 
 /// Serializes a list of `VidVector`s whose shape and contents `data` gives,
-/// with at most one full key per part if `full`.
-fn build(data: &[u8], full: bool) -> Vec<u8> {
+/// with at most one full key per part if `full` and at most three
+/// nearly-full containers if `holes`.
+fn build(data: &[u8], full: bool, holes: bool) -> Vec<u8> {
     let mut input = Bytes(data);
     let mut message = capnp::message::Builder::new_default();
     let count = input.byte() % 5;
@@ -186,6 +207,11 @@ fn build(data: &[u8], full: bool) -> Vec<u8> {
             part.set_sparse_values(input.field(1, 255));
             if full {
                 part.set_full_keys(input.field(2, 2));
+            }
+            if holes {
+                part.set_hole_keys(input.field(2, 4));
+                part.set_hole_ends(input.field(4, 4));
+                part.set_hole_values(input.field(2, 8));
             }
         }
     }
