@@ -20,8 +20,9 @@ use crate::query::Term;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum CoordinatorPolicy {
-    /// Each live slave that holds some of the query's vectors, in turn (the
-    /// default); every live slave in turn when none does.
+    /// In turn, each live slave holding vectors of the most terms of the
+    /// query, so that the fewest partial results travel to it (the
+    /// default); every live slave in turn when none holds any.
     #[default]
     RoundRobin,
     /// A live slave at random.
@@ -271,20 +272,30 @@ pub(crate) fn coordinator(
     }
     Some(match policy {
         CoordinatorPolicy::RoundRobin => {
-            // A coordinator holding none of the query's vectors would only
-            // add a hop to every chain: take turns among those that hold some.
-            let mut holding: Vec<u32> = chains
+            // Every term the coordinator holds none of is one more partial
+            // result sent to it: take turns among the live slaves holding
+            // vectors of the most terms. (One holding none of the query's
+            // vectors would only add a hop to every chain.)
+            let mut held: Vec<u32> = chains
                 .iter()
-                .flat_map(|chain| chain.iter().map(|node| node.machine))
+                .flat_map(|chain| {
+                    let mut machines: Vec<u32> = chain.iter().map(|node| node.machine).collect();
+                    machines.sort_unstable();
+                    machines.dedup();
+                    machines
+                })
                 .collect();
-            holding.sort_unstable();
-            holding.dedup();
+            held.sort_unstable();
+            let terms_held = |slave: usize| {
+                u32::try_from(slave).map_or(0, |s| {
+                    held.partition_point(|&m| m <= s) - held.partition_point(|&m| m < s)
+                })
+            };
+            let most = live.iter().map(|&slave| terms_held(slave)).max();
             let holders: Vec<usize> = live
                 .iter()
                 .copied()
-                .filter(|&slave| {
-                    u32::try_from(slave).is_ok_and(|s| holding.binary_search(&s).is_ok())
-                })
+                .filter(|&slave| Some(terms_held(slave)) == most && most > Some(0))
                 .collect();
             let turns = if holders.is_empty() { live } else { &holders };
             turns[turn % turns.len()]
@@ -557,18 +568,29 @@ mod tests {
             coordinator(CoordinatorPolicy::Bandwidth, &chains, &[0, 3], 0),
             Some(0)
         );
-        let turns: Vec<_> = (0..4)
-            .map(|t| coordinator(CoordinatorPolicy::RoundRobin, &chains, &live, t))
-            .collect();
-        assert_eq!(turns, vec![Some(0), Some(2), Some(3), Some(0)]);
-        // Slave 1 holds nothing of these chains: it is never their coordinator.
-        let turns: Vec<_> = (0..6)
-            .map(|t| coordinator(CoordinatorPolicy::RoundRobin, &chains, &[0, 1, 2, 3], t))
-            .collect();
-        assert_eq!(
-            turns,
-            vec![Some(0), Some(2), Some(3), Some(0), Some(2), Some(3)]
-        );
+        let round_robin = |chains: &[Chain], live: &[usize]| -> Vec<Option<usize>> {
+            (0..4)
+                .map(|t| coordinator(CoordinatorPolicy::RoundRobin, chains, live, t))
+                .collect()
+        };
+        // Slave 2 holds vectors of both terms, 0 and 3 of one each: only 2
+        // coordinates, receiving no partial result.
+        assert_eq!(round_robin(&chains, &live), [Some(2); 4]);
+        // Slaves 0 and 1 hold vectors of two terms each, 2 of one, 3 of
+        // none: 0 and 1 take turns.
+        let spread = vec![
+            nodes(&[(0, 1), (1, 2)]),
+            nodes(&[(0, 4), (1, 5)]),
+            nodes(&[(2, 6)]),
+        ];
+        let turns = round_robin(&spread, &[0, 1, 2, 3]);
+        assert_eq!(turns, [Some(0), Some(1), Some(0), Some(1)]);
+        // Slave 1 down: 0 alone holds two terms' vectors among the live.
+        assert_eq!(round_robin(&spread, &[0, 2, 3]), [Some(0); 4]);
+        // A slave holding all of a term's vectors counts it once.
+        let one_term = vec![nodes(&[(3, 1), (3, 2), (3, 3)]), nodes(&[(0, 4)])];
+        let turns = round_robin(&one_term, &[0, 3]);
+        assert_eq!(turns, [Some(0), Some(3), Some(0), Some(3)]);
         let elsewhere = vec![nodes(&[(1, 7)])];
         assert_eq!(
             coordinator(CoordinatorPolicy::RoundRobin, &elsewhere, &[0, 2], 5),
