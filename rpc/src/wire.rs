@@ -433,15 +433,13 @@ const HOLES_ONLY_IN_PARTIALS: &str =
     "a part with hole keys (holeKeys), which only partial results and term vectors carry";
 
 /// Whether `words` (a dense container) has at most [`HOLES_MAX`] zero bits;
-/// stops counting as soon as it has more.
+/// counts them with the kernels' popcount, 1 KiB at a time, and stops as
+/// soon as there are more.
 fn has_few_holes(words: &[u64]) -> bool {
     let mut zeros = 0;
-    for chunk in words.chunks(8) {
-        zeros += chunk
-            .iter()
-            .map(|w| w.count_zeros() as usize)
-            .sum::<usize>();
-        if zeros > HOLES_MAX {
+    for chunk in words.chunks(128) {
+        zeros += chunk.len() as u64 * 64 - kernels::popcount(chunk);
+        if zeros > HOLES_MAX as u64 {
             return false;
         }
     }
@@ -482,6 +480,9 @@ fn holey_words(keys: &[u16], ends: &[u32], holes: &[u16]) -> Result<Vec<u64>, Ma
 /// Appends the positions of the zero bits of `words`, ascending.
 fn push_holes(words: &[u64], holes: &mut Vec<u16>) {
     for (i, &word) in words.iter().enumerate() {
+        if word == u64::MAX {
+            continue;
+        }
         let mut zeros = !word;
         while zeros != 0 {
             holes.push((i * 64) as u16 + zeros.trailing_zeros() as u16);
@@ -501,6 +502,7 @@ fn write_containers(mut builder: part::Builder<'_>, containers: &[(u16, Written<
             Written::Full => full.push(key),
             Written::Holey(words) => {
                 hole_keys.push(key);
+                holes.reserve(HOLES_MAX);
                 push_holes(words, &mut holes);
                 hole_ends.push(holes.len() as u32);
             }
