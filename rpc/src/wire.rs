@@ -65,8 +65,8 @@ impl<'a> WirePart<'a> {
             hole_values: cast(reader.get_hole_values()?, "holeValues")?,
             hole_words: Vec::new(),
         };
-        let holes = [&part.hole_ends.len(), &part.hole_values.len()];
-        if part.hole_keys.is_empty() && holes.iter().any(|&&len| len > 0) {
+        let holes = !part.hole_ends.is_empty() || !part.hole_values.is_empty();
+        if part.hole_keys.is_empty() && holes {
             return Err(failed(MalformedPart(
                 "hole ends or holes without hole keys".into(),
             )));

@@ -259,8 +259,8 @@ pub(crate) fn start_at(chain: &mut Chain, coordinator: u32) {
     chain.rotate_left(before);
 }
 
-/// The coordinator for `chains` among the live slaves, or `None` if no
-/// slave is live. `turn` counts round-robin turns.
+/// The coordinator for `chains` (each sorted by machine) among the live
+/// slaves, or `None` if no slave is live. `turn` counts round-robin turns.
 pub(crate) fn coordinator(
     policy: CoordinatorPolicy,
     chains: &[Chain],
@@ -276,26 +276,29 @@ pub(crate) fn coordinator(
             // result sent to it: take turns among the live slaves holding
             // vectors of the most terms. (One holding none of the query's
             // vectors would only add a hop to every chain.)
+            // Each chain is sorted by machine: one entry per machine and term.
             let mut held: Vec<u32> = chains
                 .iter()
                 .flat_map(|chain| {
-                    let mut machines: Vec<u32> = chain.iter().map(|node| node.machine).collect();
-                    machines.sort_unstable();
-                    machines.dedup();
-                    machines
+                    let machines = chain.chunk_by(|a, b| a.machine == b.machine);
+                    machines.map(|nodes| nodes[0].machine)
                 })
                 .collect();
             held.sort_unstable();
-            let terms_held = |slave: usize| {
-                u32::try_from(slave).map_or(0, |s| {
-                    held.partition_point(|&m| m <= s) - held.partition_point(|&m| m < s)
+            let terms_held: Vec<usize> = live
+                .iter()
+                .map(|&slave| {
+                    u32::try_from(slave).map_or(0, |s| {
+                        held.partition_point(|&m| m <= s) - held.partition_point(|&m| m < s)
+                    })
                 })
-            };
-            let most = live.iter().map(|&slave| terms_held(slave)).max();
+                .collect();
+            let most = terms_held.iter().copied().max().unwrap_or(0);
             let holders: Vec<usize> = live
                 .iter()
-                .copied()
-                .filter(|&slave| Some(terms_held(slave)) == most && most > Some(0))
+                .zip(&terms_held)
+                .filter(|&(_, &terms)| most > 0 && terms == most)
+                .map(|(&slave, _)| slave)
                 .collect();
             let turns = if holders.is_empty() { live } else { &holders };
             turns[turn % turns.len()]
