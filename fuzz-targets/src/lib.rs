@@ -6,6 +6,7 @@
 //! `fuzz/regressions/<target>/` on stable, so a fixed crash stays fixed.
 
 mod framing;
+mod index;
 mod pairs;
 mod portable;
 mod query;
@@ -13,6 +14,7 @@ mod store;
 mod wire;
 
 pub use framing::framing;
+pub use index::index;
 pub use pairs::pairs;
 pub use portable::portable;
 pub use query::query;
@@ -24,11 +26,12 @@ pub type Target = fn(data: &[u8]);
 
 /// Every target by name, as `fuzz/fuzz_targets/<name>.rs` and
 /// `fuzz/regressions/<name>/` name it.
-pub const TARGETS: [(&str, Target); 6] = [
+pub const TARGETS: [(&str, Target); 7] = [
     ("query", query),
     ("portable", portable),
     ("pairs", pairs),
     ("store", store),
     ("wire", wire),
     ("framing", framing),
+    ("index", index),
 ];

@@ -712,12 +712,20 @@ impl Bits {
 /// as [`index_file`] reads it (header skipped, cells trimmed, blank lines
 /// skipped): a scan of the table, to check the index's answers against.
 /// Returns the number of rows.
-pub fn scan_file(path: &Path, mut each: impl FnMut(u64, &[&str])) -> Result<u64, IndexError> {
+pub fn scan_file(path: &Path, each: impl FnMut(u64, &[&str])) -> Result<u64, IndexError> {
     let file = File::open(path).map_err(|source| IndexError::Open {
         path: path.to_path_buf(),
         source,
     })?;
-    let mut table = Table::open(file)?;
+    scan_table(file, each)
+}
+
+/// [`scan_file`] for a table read from `reader`.
+pub fn scan_table<R: Read>(
+    reader: R,
+    mut each: impl FnMut(u64, &[&str]),
+) -> Result<u64, IndexError> {
+    let mut table = Table::open(reader)?;
     let names = table.header.clone();
     table.each_row(Pass::Survey, &|_, _| {}, |line, row, record| {
         let cells = names

@@ -30,7 +30,9 @@ pub mod predicate;
 mod translate;
 
 pub use bins::Binning;
-pub use build::{Index, Options, Pass, index_file, index_str, index_table, scan_file, vectors_dir};
+pub use build::{
+    Index, Options, Pass, index_file, index_str, index_table, scan_file, scan_table, vectors_dir,
+};
 pub use error::IndexError;
 pub use map::{Bin, Column, Encoding, IndexMap, MapError};
 pub use predicate::{Predicate, PredicateError};
