@@ -275,7 +275,9 @@ impl IndexMap {
 
     /// Whether a row (its cells in column order, as in the table) meets the
     /// predicate, judged from the cells themselves: what a scan of the table
-    /// answers, and what the index must agree with.
+    /// answers, and what the index must agree with. A cell is trimmed of
+    /// ASCII whitespace only, as the indexer trims it: a vertical tab or a
+    /// no-break space is part of its value.
     pub fn matches(&self, predicate: &Predicate, row: &[&str]) -> Result<bool, PredicateError> {
         for condition in &predicate.conditions {
             let column = self.resolve(condition)?;
@@ -284,7 +286,7 @@ impl IndexMap {
                 .iter()
                 .position(|c| c.name == column.name)
                 .expect("resolved in this map");
-            let cell = row.get(i).map_or("", |c| c.trim());
+            let cell = row.get(i).map_or("", |c| c.trim_ascii());
             if cell.is_empty() {
                 return Ok(false);
             }
@@ -502,5 +504,9 @@ mod tests {
         assert!(map.matches(&p, &["34", "North", "", ""]).unwrap());
         assert!(!map.matches(&p, &["35", "North", "", ""]).unwrap());
         assert!(!map.matches(&p, &["", "North", "", ""]).unwrap());
+        assert!(map.matches(&p, &[" 34\t", "\r North ", "", ""]).unwrap());
+        // Not ASCII whitespace: the indexer keeps them in the value.
+        assert!(!map.matches(&p, &["34", "\u{b}North", "", ""]).unwrap());
+        assert!(!map.matches(&p, &["34", "North\u{a0}", "", ""]).unwrap());
     }
 }
