@@ -1,15 +1,16 @@
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Cursor;
 
 use bitfold_index::{
-    Binning, Index, IndexError, IndexMap, Options, Predicate, index_table, scan_table,
+    Binning, Encoding, Index, IndexError, IndexMap, Options, Predicate, index_table, scan_table,
 };
 
 /// The table indexer (`bitfold index`) and predicates on its index
 /// (`bitfold query --where`). The input is one byte of settings, a
 /// predicate, a newline, and a CSV table. A table the indexer takes must
 /// give a map that reads back from its TOML as itself, and as many rows as
-/// a scan of the table; a predicate that translates must pick, through the
+/// a scan of the table, with each cell in the one vector of its value or
+/// bin; a predicate that translates must pick, through the
 /// index's vectors, exactly the rows a scan of the table says meet it (at
 /// least those, when bins were taken whole). The indexer must not say the
 /// table changed between its passes; errors must point inside the predicate.
@@ -55,6 +56,7 @@ pub fn index(data: &[u8]) {
     })
     .unwrap_or_else(|e| panic!("the indexer read the table, a scan fails: {e}"));
     assert_eq!(scanned, index.map.rows);
+    check_encoding(&index, &rows);
 
     let Ok(predicate) = std::str::from_utf8(predicate) else {
         return;
@@ -108,4 +110,52 @@ fn answer(index: &Index, terms: &[Vec<(u64, u64)>]) -> BTreeSet<u32> {
     terms.fold(term_rows(first), |acc, spans| {
         acc.intersection(&term_rows(spans)).copied().collect()
     })
+}
+
+/// Each row is in exactly the vector of its cell's value (or of the bin
+/// holding it) in every column, and in none of a column where its cell is
+/// empty.
+fn check_encoding(index: &Index, rows: &[Vec<String>]) {
+    let columns = &index.map.columns;
+    let mut held: HashMap<(u32, usize), u64> = HashMap::new();
+    for (vid, vector) in &index.vectors {
+        let column = columns
+            .iter()
+            .position(|c| (c.first_vid..c.first_vid + c.len() as u64).contains(vid))
+            .unwrap_or_else(|| panic!("vector {vid} belongs to no column"));
+        for row in vector.as_part().bits() {
+            let other = held.insert((row, column), *vid);
+            assert!(
+                other.is_none(),
+                "row {row} is in vectors {other:?} and {vid}"
+            );
+        }
+    }
+    for (row, cells) in (0u32..).zip(rows) {
+        for (c, column) in columns.iter().enumerate() {
+            let cell = cells[c].as_str();
+            let Some(&vid) = held.get(&(row, c)) else {
+                assert!(
+                    cell.is_empty(),
+                    "row {row}'s {cell:?} is in no vector of `{}`",
+                    column.name
+                );
+                continue;
+            };
+            let k = (vid - column.first_vid) as usize;
+            let number = cell.parse::<f64>().map(|x| x + 0.0);
+            let right = match &column.encoding {
+                Encoding::Categorical(values) => values[k] == cell,
+                Encoding::Numeric { values, .. } => number.is_ok_and(|x| x == values[k]),
+                Encoding::Bins { bins, .. } => {
+                    number.is_ok_and(|x| bins[k].lo <= x && x < bins[k].hi)
+                }
+            };
+            assert!(
+                right,
+                "row {row}'s {cell:?} is in vector {vid} of `{}`: {:?}",
+                column.name, column.encoding
+            );
+        }
+    }
 }
