@@ -19,7 +19,7 @@ target/release/compare --json benches/compare.json --chart benches/compare.svg "
 # The width sweep: the same 3-term queries with 16 to 4,096 vids per term over
 # 8,192 vectors, one round, 50% density (benches/compare-width.svg).
 target/release/compare --vectors 8192 --densities 0.5 --rounds 1 --queries 100 \
-    --chart-vids 16,64,256,1024,4096 --chart-queries 30 \
+    --chart-vids 16,64,256,1024,4096 --chart-queries 150 \
     --json benches/compare-width.json --chart benches/compare-width.svg "$@"
 
 # A 2^26-bit answer (8 MiB of words): a range of one vid of 16 vectors of
