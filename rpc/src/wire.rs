@@ -480,9 +480,6 @@ fn holey_words(keys: &[u16], ends: &[u32], holes: &[u16]) -> Result<Vec<u64>, Ma
 /// Appends the positions of the zero bits of `words`, ascending.
 fn push_holes(words: &[u64], holes: &mut Vec<u16>) {
     for (i, &word) in words.iter().enumerate() {
-        if word == u64::MAX {
-            continue;
-        }
         let mut zeros = !word;
         while zeros != 0 {
             holes.push((i * 64) as u16 + zeros.trailing_zeros() as u16);
