@@ -447,6 +447,7 @@ fn record_problem(version: u32, entry: &Entry) -> Option<String> {
 mod tests {
     use super::*;
     use crate::VectorBuf;
+    use crate::store::footer::reseal;
     use crate::store::segment::SegmentWriter;
     use crate::store::storage::MemoryDirectory;
 
@@ -465,13 +466,6 @@ mod tests {
         let mut file = dir.create(&segment_name(1)).unwrap();
         file.write_all(bytes).unwrap();
         file.commit().unwrap();
-    }
-
-    /// Recomputes the checksum, as a bug in a writer would have.
-    fn reseal(bytes: &mut [u8]) {
-        let at = bytes.len() - 16;
-        let checksum = xxhash_rust::xxh3::xxh3_64(&bytes[..at]);
-        bytes[at..at + 8].copy_from_slice(&checksum.to_le_bytes());
     }
 
     fn refusal(dir: &MemoryDirectory, bytes: &[u8]) -> String {
