@@ -17,7 +17,9 @@ cargo build --release --quiet -p bitfold -p bitfold-benches --bin bitfold --bin 
 target/release/compare --json benches/compare.json --chart benches/compare.svg "$@"
 
 # The width sweep: the same 3-term queries with 16 to 4,096 vids per term over
-# 8,192 vectors, one round, 50% density (benches/compare-width.svg).
+# 8,192 vectors, 50% density (benches/compare-width.svg): one round of its
+# table, three of each point (compare's --chart-rounds default), as in the
+# main run's chart.
 target/release/compare --vectors 8192 --densities 0.5 --rounds 1 --queries 100 \
     --chart-vids 16,64,256,1024,4096 --chart-queries 150 \
     --json benches/compare-width.json --chart benches/compare-width.svg "$@"

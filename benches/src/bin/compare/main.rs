@@ -82,6 +82,12 @@ pub struct Args {
     /// Queries per system per chart point.
     #[arg(long, default_value_t = 150)]
     pub chart_queries: usize,
+    /// Rounds per chart point (each system runs the point's list once per
+    /// round; a point's figures are medians over its rounds, as the table's
+    /// are), so that a burst of other load on the machine moves a point
+    /// less.
+    #[arg(long, default_value_t = 3)]
+    pub chart_rounds: usize,
     /// Seed of the vectors and queries.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -98,8 +104,16 @@ pub struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if args.densities.is_empty() || args.rounds == 0 || args.queries == 0 || args.concurrency == 0 {
-        bail!("--densities, --rounds, --queries and --concurrency must not be empty or zero");
+    if args.densities.is_empty()
+        || args.rounds == 0
+        || args.queries == 0
+        || args.concurrency == 0
+        || args.chart_rounds == 0
+    {
+        bail!(
+            "--densities, --rounds, --queries, --concurrency and --chart-rounds must not be \
+             empty or zero"
+        );
     }
     if args.bits_log2 > 32 {
         bail!("--bits-log2 is at most 32");
@@ -114,6 +128,7 @@ fn main() -> anyhow::Result<()> {
         terms: args.terms,
         concurrency: args.concurrency,
         rounds: args.rounds,
+        chart_rounds: args.chart_rounds,
         seed: args.seed,
         table: Vec::new(),
         chart: Vec::new(),
@@ -146,9 +161,12 @@ fn main() -> anyhow::Result<()> {
                 vids_per_term,
             };
             eprintln!("chart point: {} vids per term", vids_per_term);
-            report
-                .chart
-                .push(systems.compare(&args, shape, args.chart_queries, 1)?);
+            report.chart.push(systems.compare(
+                &args,
+                shape,
+                args.chart_queries,
+                args.chart_rounds,
+            )?);
         }
     }
     if let Some(path) = &args.json {

@@ -106,6 +106,8 @@ pub struct Report {
     pub terms: usize,
     pub concurrency: usize,
     pub rounds: usize,
+    /// Rounds per chart point.
+    pub chart_rounds: usize,
     pub seed: u64,
     /// One outcome per density, at the main table's vids per term.
     pub table: Vec<Outcome>,
