@@ -8,7 +8,6 @@ use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use bitfold_engine::VectorBuf;
 use bitfold_rpc::client::{Answer, Client, ErrorKind, Format};
@@ -290,18 +289,13 @@ fn up_serves_metrics_for_its_master_and_each_slave_on_the_ports_after() {
 /// The master's slow-query line for `query`, waiting (a bounded time) for
 /// the master to have written it: it logs after replying.
 fn slow_line(master: &Server, query: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let log = master.log();
-        let found = log
-            .lines()
-            .find(|line| line.contains("slow query") && line.contains(query));
-        if let Some(line) = found {
-            return line.to_owned();
-        }
-        assert!(Instant::now() < deadline, "no slow-query line: {log}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let line = |log: &str| {
+        log.lines()
+            .find(|line| line.contains("slow query") && line.contains(query))
+            .map(str::to_owned)
+    };
+    let log = master.log_once(|log| line(log).is_some());
+    line(&log).unwrap_or_else(|| panic!("no slow-query line: {log}"))
 }
 
 #[test]

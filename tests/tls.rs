@@ -211,19 +211,15 @@ fn a_peer_without_a_certificate_of_the_cluster_ca_is_refused_clearly() {
              this certificate: it is not signed by the server's CA"
         ),
     );
-    let log = up.log();
-    assert!(
+    let refused = |log: &str, why: &str| {
         log.lines()
-            .any(|line| line.contains("refused a connection from 127.0.0.1:")
-                && line.contains("the client's certificate is not signed by the cluster's CA")),
-        "{log}"
-    );
-    assert!(
-        log.lines()
-            .any(|line| line.contains("refused a connection from 127.0.0.1:")
-                && line.contains("the client does not speak TLS")),
-        "{log}"
-    );
+            .any(|line| line.contains("refused a connection from 127.0.0.1:") && line.contains(why))
+    };
+    let not_signed = "the client's certificate is not signed by the cluster's CA";
+    let plain = "the client does not speak TLS";
+    let log = up.log_once(|log| refused(log, not_signed) && refused(log, plain));
+    assert!(refused(&log, not_signed), "{log}");
+    assert!(refused(&log, plain), "{log}");
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bitfold_rpc::client::{Answer, Client, Format};
 
@@ -16,6 +16,9 @@ pub use crate::oracle::Oracle;
 
 /// How long a process may take to print its readiness line.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long [`Server::log_once`] waits for a line the test expects.
+const LOG_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The `bitfold` binary under test.
 pub fn bitfold_bin() -> PathBuf {
@@ -125,6 +128,20 @@ impl Server {
     /// What the process has written on stderr so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// What the process has written on stderr, once `wanted` holds of it
+    /// or after [`LOG_TIMEOUT`]: a server logs a refusal after the peer has
+    /// already seen it, so a test that reads the log at once races the line.
+    pub fn log_once(&self, wanted: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + LOG_TIMEOUT;
+        loop {
+            let log = self.log();
+            if wanted(&log) || Instant::now() >= deadline {
+                return log;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The process id.
