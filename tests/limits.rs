@@ -321,6 +321,47 @@ fn an_import_of_too_many_parts_in_all_is_refused() {
 }
 
 #[test]
+fn an_update_of_too_many_changes_or_parts_is_refused_and_changes_nothing() {
+    let (cluster, oracle, client) = loaded_cluster(78);
+    let (changes, parts) = on_runtime(async {
+        let slave: slave::Client = connect(&cluster.slave_addrs[0]).await;
+        // Deletes of every vid, and one more change than the bound.
+        let mut request = slave.update_request();
+        let mut list = request.get().init_changes(MAX_IMPORT_VECTORS + 1);
+        for i in 0..=MAX_IMPORT_VECTORS {
+            let mut change = list.reborrow().get(i);
+            change.set_vid(u64::from(i));
+            change.set_delete(());
+        }
+        let changes = refusal(request.send().promise.await, "the update");
+        // Eight clears of the most parts a vector holds, and one part more.
+        let mut request = slave.update_request();
+        let mut list = request.get().init_changes(9);
+        for i in 0..9 {
+            let mut change = list.reborrow().get(i);
+            change.set_vid(u64::from(i));
+            change.init_clear(if i == 8 { 1 } else { MAX_PARTS });
+        }
+        let parts = refusal(request.send().promise.await, "the update");
+        (changes, parts)
+    });
+    assert_names(
+        &changes,
+        MAX_IMPORT_VECTORS + 1,
+        MAX_IMPORT_VECTORS,
+        "changes",
+    );
+    assert_names(
+        &parts,
+        MAX_IMPORT_PARTS + 1,
+        MAX_IMPORT_PARTS,
+        "parts of changes",
+    );
+    // Nothing of either was applied: every vector is still there, whole.
+    still_answers(&cluster, &oracle, &client);
+}
+
+#[test]
 fn a_coordinate_or_gather_of_too_many_chains_is_refused() {
     let (cluster, oracle, client) = loaded_cluster(76);
     let (coordinate, gather) = on_runtime(async {

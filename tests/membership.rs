@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use bitfold_rpc::client::{Client, Error, ErrorKind, Format};
+use bitfold_rpc::client::{Answer, Client, Error, ErrorKind, Format};
 
 use crate::util::{Cluster, Oracle, assert_answer, stderr, wait_until_all_up};
 
@@ -386,4 +386,42 @@ fn a_restarted_master_still_knows_which_owner_missed_an_import() {
     cluster.restart_master();
     assert_all(&cluster.client(), &oracle);
     assert_s1_copied_back(&mut cluster, &oracle);
+}
+
+#[test]
+fn lowering_replicas_removes_more_surplus_copies_than_one_update_carries() {
+    // Each slave holds all 600,000 vectors, and gives up half of them: more
+    // deletes for one slave than one update message may carry (262,144).
+    let cluster = Cluster::start(2, 2);
+    let client = cluster.client();
+    let vectors: Vec<(u64, bitfold_engine::VectorBuf)> = (0..600_000u64)
+        .map(|vid| {
+            (
+                vid,
+                bitfold_engine::VectorBuf::from_bits(vec![vid as u32 % 4096]),
+            )
+        })
+        .collect();
+    let parts: Vec<_> = vectors.iter().map(|(vid, v)| (*vid, v.as_part())).collect();
+    client.import(&parts).unwrap();
+    cluster.write_cluster_file(2, 1);
+    let run = cluster.cli(&["rebalance"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let out = crate::util::stdout(&run);
+    assert!(out.contains("removed 600000 surplus copies"), "{out}");
+    let placement = bitfold_rpc::placement::Placement {
+        slaves: 2,
+        replicas: 1,
+        group: 1,
+    };
+    let mut owned = vec![0u64; 2];
+    for vid in 0..600_000 {
+        owned[placement.owners(vid)[0]] += 1;
+    }
+    assert!(owned.iter().all(|&n| n > 262_144), "{owned:?}");
+    wait_until_placed(&client, &owned);
+    assert_eq!(
+        client.query("R:0-599999", Format::Count).unwrap(),
+        Answer::Count(4096)
+    );
 }

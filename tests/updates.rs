@@ -277,3 +277,48 @@ fn queries_during_updates_see_each_vector_before_or_after() {
     }
     assert_matches(&client, &oracle);
 }
+
+#[test]
+fn a_delete_of_more_vectors_than_one_update_message_holds_is_applied_whole() {
+    // One slave owns every vector, so its share of the delete is all of it:
+    // more changes than one update message may carry (262,144), sent in pieces.
+    let cluster = Cluster::start(1, 1);
+    let client = cluster.client();
+    let vectors: Vec<(u64, bitfold_engine::VectorBuf)> = (0..300_000u64)
+        .map(|vid| {
+            (
+                vid,
+                bitfold_engine::VectorBuf::from_bits(vec![vid as u32 % 1000]),
+            )
+        })
+        .collect();
+    let parts: Vec<_> = vectors.iter().map(|(vid, v)| (*vid, v.as_part())).collect();
+    client.import(&parts).unwrap();
+    assert_eq!(
+        client.query("R:0-299999", Format::Count).unwrap(),
+        Answer::Count(1000)
+    );
+    let run = cluster.cli(&["delete", "1-299998"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert_eq!(stdout(&run), "deleted 299998 vectors\n");
+    assert_answer(&client, "R:0-299999", &BTreeSet::from([0, 999]));
+    assert_answer(&client, "P:299999", &BTreeSet::from([999]));
+    for vid in [1, 262_144, 262_145, 299_998] {
+        assert!(
+            matches!(
+                client.query(&format!("P:{vid}"), Format::Count),
+                Err(Error::Query {
+                    kind: ErrorKind::NotFound,
+                    ..
+                })
+            ),
+            "vector {vid} is deleted"
+        );
+    }
+    // The slave deleted them too: a restarted master merges what the slave
+    // holds into its catalog, and nothing comes back.
+    let mut cluster = cluster;
+    cluster.restart_master();
+    wait_until_all_up(&cluster.client());
+    assert_answer(&cluster.client(), "R:0-299999", &BTreeSet::from([0, 999]));
+}

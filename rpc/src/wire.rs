@@ -24,7 +24,9 @@ use bitfold_engine::kernels;
 use bitfold_engine::{CONTAINER_WORDS, ContainerRef, MalformedPart, PART_MAX_DENSE, VectorPart};
 use bytemuck::Pod;
 
-use crate::bitfold_capnp::part;
+use capnp::struct_list;
+
+use crate::bitfold_capnp::{change, part};
 use crate::net::MAX_MESSAGE_WORDS;
 
 const _: () = assert!(
@@ -205,6 +207,10 @@ pub(crate) const MAX_IMPORT_VECTORS: u32 = 1 << 18;
 /// The most parts in all the vectors of one import message.
 pub(crate) const MAX_IMPORT_PARTS: u32 = 1 << 20;
 
+/// The most changes one update message (master to slave) carries: as many
+/// as an import's vectors. The master sends a larger update in pieces.
+pub(crate) const MAX_UPDATE_CHANGES: u32 = MAX_IMPORT_VECTORS;
+
 /// Containers of all-ones words a run of full keys reads as: a run of more
 /// consecutive full keys reads as several views.
 const FULL_RUN: usize = 16;
@@ -238,6 +244,23 @@ pub(crate) fn at_most(len: u32, most: u32, what: &str) -> capnp::Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Refuses an update's `changes` over its bounds before any of them is
+/// read or copied: more than [`MAX_UPDATE_CHANGES`] changes, more than
+/// [`MAX_PARTS`] parts in one clear or replace, or more than
+/// [`MAX_IMPORT_PARTS`] in all of them.
+pub(crate) fn check_changes(changes: struct_list::Reader<'_, change::Owned>) -> capnp::Result<()> {
+    at_most(changes.len(), MAX_UPDATE_CHANGES, "changes")?;
+    let mut parts = 0u32;
+    for change in changes.iter() {
+        if let change::Clear(list) | change::Replace(list) = change.which()? {
+            let len = list?.len();
+            at_most(len, MAX_PARTS, "parts of a vector")?;
+            parts = parts.saturating_add(len);
+        }
+    }
+    at_most(parts, MAX_IMPORT_PARTS, "parts of changes")
 }
 
 /// Reads every part of a list (at most [`MAX_PARTS`]) of a vector that
@@ -685,6 +708,57 @@ mod tests {
     use super::*;
     use bitfold_engine::VectorBuf;
     use std::collections::BTreeSet;
+
+    /// The refusal of `changes` (the root of `message`) by [`check_changes`].
+    fn refusal(message: &capnp::message::Reader<impl capnp::message::ReaderSegments>) -> String {
+        let changes: struct_list::Reader<'_, change::Owned> = message.get_root().unwrap();
+        check_changes(changes).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn an_update_over_its_bounds_is_refused_before_it_is_read() {
+        // 24 bytes: a list of 2^27 - 16 changes of no words each, which a
+        // slave once copied and expanded into 19 GB before applying.
+        let count: u64 = (1 << 27) - 16;
+        let mut bytes = Vec::new();
+        for word in [2 << 32, 1 | 7 << 32, count << 2] {
+            bytes.extend(u64::to_le_bytes(word));
+        }
+        let amplified = capnp::serialize::read_message_from_flat_slice(
+            &mut &bytes[..],
+            crate::net::reader_options(),
+        )
+        .unwrap();
+        assert!(refusal(&amplified).contains(&format!(
+            "{count} changes in one message, more than the 262144 allowed"
+        )));
+        let mut over = capnp::message::Builder::new_default();
+        over.initn_root::<struct_list::Builder<'_, change::Owned>>(MAX_UPDATE_CHANGES + 1);
+        assert!(refusal(&over.into_reader()).contains("262145 changes in one message"));
+        // Eight clears of the most parts, and one more part.
+        let mut parts = capnp::message::Builder::new_default();
+        let mut list = parts.initn_root::<struct_list::Builder<'_, change::Owned>>(9);
+        for i in 0..9 {
+            list.reborrow()
+                .get(i)
+                .init_clear(if i == 8 { 1 } else { MAX_PARTS });
+        }
+        assert!(
+            refusal(&parts.into_reader())
+                .contains("1048577 parts of changes in one message, more than the 1048576")
+        );
+        let mut one = capnp::message::Builder::new_default();
+        let mut list = one.initn_root::<struct_list::Builder<'_, change::Owned>>(2);
+        list.reborrow().get(0).set_delete(());
+        list.reborrow().get(1).init_replace(MAX_PARTS + 1);
+        assert!(refusal(&one.into_reader()).contains("131073 parts of a vector in one message"));
+        let mut within = capnp::message::Builder::new_default();
+        let mut list = within.initn_root::<struct_list::Builder<'_, change::Owned>>(8);
+        for i in 0..8 {
+            list.reborrow().get(i).init_clear(MAX_PARTS);
+        }
+        check_changes(within.get_root_as_reader().unwrap()).unwrap();
+    }
 
     fn round_trip(part: &VectorPart<'_>) -> Vec<u32> {
         let mut message = capnp::message::Builder::new_default();

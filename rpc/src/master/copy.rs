@@ -165,17 +165,22 @@ impl Master {
     }
 }
 
-/// The outcome of an `update` call.
+/// The outcome of an `update` call: the vids the slave changed.
 pub(super) fn read_changed(
     response: &Response<slave::update_results::Owned>,
-) -> Result<(), String> {
+) -> Result<Vec<u64>, String> {
+    let malformed = |e: capnp::Error| format!("it answered a malformed message: {e}");
     let result = response
         .get()
         .and_then(|r| r.get_result())
         .and_then(|r| Ok(r.which()?))
-        .map_err(|e| format!("it answered a malformed message: {e}"))?;
+        .map_err(malformed)?;
     match result {
-        change_result::Changed(_) => Ok(()),
+        change_result::Changed(bytes) => {
+            let vids =
+                wire::vids(bytes.map_err(malformed)?).map_err(|e| format!("it answered {e}"))?;
+            Ok(vids.into_owned())
+        }
         change_result::Error(text) => Err(slave_said(text)),
     }
 }

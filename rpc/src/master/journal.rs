@@ -100,6 +100,43 @@ impl Journal {
         self.pending.get(&id)
     }
 
+    /// The vids of every recorded delete, in the order recorded: vectors
+    /// that must not be planned on, whichever owner has applied the delete.
+    pub(super) fn deleted_vids(&self) -> Result<Vec<u64>, String> {
+        let mut vids = Vec::new();
+        for (&id, pending) in &self.pending {
+            let changes = pending
+                .changes()
+                .map_err(|e| format!("recorded update {id} is malformed: {e}"))?;
+            for change in changes.iter() {
+                if let Ok(change::Delete(())) = change.which() {
+                    vids.push(change.get_vid());
+                }
+            }
+        }
+        Ok(vids)
+    }
+
+    /// Writes every pending update as this journal would, into `to`, on
+    /// this thread (feature `fuzzing`: what a master writes, it must read
+    /// back the same).
+    #[cfg(feature = "fuzzing")]
+    pub(super) fn copy_to(&self, to: &Arc<dyn Directory>) -> Result<(), String> {
+        for (&id, pending) in &self.pending {
+            let mut message = Builder::new_default();
+            pending
+                .message
+                .get_root_as_reader::<pending_update::Reader<'_>>()
+                .and_then(|root| message.set_root(root))
+                .map_err(|e| e.to_string())?;
+            let waiting: Vec<usize> = pending.waiting.iter().copied().collect();
+            write_waiting(to, id, &mut message, &waiting)
+                .apply()
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
     /// Adds the update made of `changes` (a list of `Change` at the root of
     /// the message), waiting for `owners`; returns its id and the bytes to
     /// make durable with [`Journal::persist`] before anything applies it.
@@ -117,7 +154,7 @@ impl Journal {
             root.set_changes(changes)?;
         }
         let waiting: Vec<usize> = owners.iter().copied().collect();
-        let write = self.write_waiting(id, &mut message, &waiting);
+        let write = write_waiting(&self.dir, id, &mut message, &waiting);
         self.pending.insert(
             id,
             Pending {
@@ -152,7 +189,7 @@ impl Journal {
                 .message
                 .get_root_as_reader::<pending_update::Reader<'_>>()?,
         )?;
-        Ok(self.write_waiting(id, &mut message, &waiting))
+        Ok(write_waiting(&self.dir, id, &mut message, &waiting))
     }
 
     /// Forgets that `owners` still have to apply update `id`, once that is durable.
@@ -166,24 +203,6 @@ impl Journal {
             }
         }
     }
-
-    /// The write of update `id`'s file with `message` waiting for `waiting`.
-    fn write_waiting(
-        &self,
-        id: u64,
-        message: &mut Builder<HeapAllocator>,
-        waiting: &[usize],
-    ) -> Write {
-        let mut root: pending_update::Builder<'_> = message
-            .get_root()
-            .expect("a recorded update has a PendingUpdate root");
-        let mut list = root.reborrow().init_waiting(waiting.len() as u32);
-        for (i, &owner) in waiting.iter().enumerate() {
-            list.set(i as u32, owner as u32);
-        }
-        let bytes = capnp::serialize::write_message_to_words(message);
-        Write::Replace(Arc::clone(&self.dir), file_name(id), bytes)
-    }
 }
 
 /// A change to the journal's files, made durable off the event loop by
@@ -196,15 +215,38 @@ pub(super) enum Write {
 impl Write {
     /// Writes (and syncs) the change on a blocking thread.
     pub(super) async fn persist(self) -> Result<(), StoreError> {
-        let written = tokio::task::spawn_blocking(move || match self {
-            Write::Replace(dir, name, bytes) => write_sealed(&*dir, &name, &bytes),
-            Write::Delete(dir, name) => dir.delete(&name),
-        });
+        let written = tokio::task::spawn_blocking(move || self.apply());
         match written.await {
             Ok(result) => result,
             Err(join) => std::panic::resume_unwind(join.into_panic()),
         }
     }
+
+    /// Writes (and syncs) the change on this thread.
+    pub(super) fn apply(self) -> Result<(), StoreError> {
+        match self {
+            Write::Replace(dir, name, bytes) => write_sealed(&*dir, &name, &bytes),
+            Write::Delete(dir, name) => dir.delete(&name),
+        }
+    }
+}
+
+/// The write of update `id`'s file in `dir` with `message` waiting for `waiting`.
+fn write_waiting(
+    dir: &Arc<dyn Directory>,
+    id: u64,
+    message: &mut Builder<HeapAllocator>,
+    waiting: &[usize],
+) -> Write {
+    let mut root: pending_update::Builder<'_> = message
+        .get_root()
+        .expect("a recorded update has a PendingUpdate root");
+    let mut list = root.reborrow().init_waiting(waiting.len() as u32);
+    for (i, &owner) in waiting.iter().enumerate() {
+        list.set(i as u32, owner as u32);
+    }
+    let bytes = capnp::serialize::write_message_to_words(message);
+    Write::Replace(Arc::clone(dir), file_name(id), bytes)
 }
 
 fn file_name(id: u64) -> String {
@@ -225,9 +267,42 @@ fn decode(body: &[u8]) -> capnp::Result<Builder<HeapAllocator>> {
     options.traversal_limit_in_words(Some(crate::net::MAX_MESSAGE_WORDS));
     let reader = capnp::serialize::read_message_from_flat_slice(&mut &body[..], options)?;
     let root: pending_update::Reader<'_> = reader.get_root()?;
+    check_sizes(root.get_changes()?, body.len())?;
     let mut message = Builder::new_default();
     message.set_root(root)?;
     Ok(message)
+}
+
+/// Refuses a recorded update whose changes the master could not send or
+/// would pay for far beyond its file: a clear or replace of more parts
+/// than a vector travels as, or more changes and parts than the file has
+/// words (each takes a word at least as the master writes it; a list of
+/// empty structs takes none, and would cost every owner's roll-forward
+/// memory in proportion to its count).
+fn check_sizes(
+    changes: capnp::struct_list::Reader<'_, change::Owned>,
+    bytes: usize,
+) -> capnp::Result<()> {
+    let words = bytes / 8;
+    let mut held = changes.len() as usize;
+    if held > words {
+        return Err(capnp::Error::failed(format!(
+            "{held} changes in a file of {bytes} bytes"
+        )));
+    }
+    for change in changes.iter() {
+        if let change::Clear(list) | change::Replace(list) = change.which()? {
+            let parts = list?.len();
+            crate::wire::at_most(parts, crate::wire::MAX_PARTS, "parts of a vector")?;
+            held += parts as usize;
+        }
+    }
+    if held > words {
+        return Err(capnp::Error::failed(format!(
+            "{held} changes and parts in a file of {bytes} bytes"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -293,6 +368,35 @@ mod tests {
             .record(list.get_root_as_reader().unwrap(), [0].into())
             .unwrap();
         assert_eq!(id, 3, "ids keep growing after a restart");
+    }
+
+    #[test]
+    fn an_entry_of_more_changes_than_its_words_is_refused() {
+        // A PendingUpdate whose changes are 2^27 - 16 empty structs: five
+        // words, which a copy for an owner would make gigabytes.
+        let count: u64 = (1 << 27) - 16;
+        let mut body = Vec::new();
+        for word in [
+            5 << 32,           // segment table: one segment of 5 words
+            1 << 32 | 2 << 48, // root: 1 data word, 2 pointers
+            0,                 // id
+            0,                 // waiting: none
+            1 | 7 << 32,       // changes: a list of structs, its tag next
+            count << 2,        // the tag: `count` structs of no words
+        ] {
+            body.extend(u64::to_le_bytes(word));
+        }
+        let dir: Arc<dyn Directory> = Arc::new(MemoryDirectory::new());
+        write_sealed(&*dir, &file_name(3), &body).unwrap();
+        let refused = Journal::open(dir).err().unwrap();
+        assert!(
+            refused.contains(&format!("{count} changes in a file")),
+            "{refused}"
+        );
+        assert!(
+            refused.contains("update-00000000000000000003.pending"),
+            "{refused}"
+        );
     }
 
     #[test]

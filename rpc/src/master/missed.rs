@@ -49,18 +49,28 @@ pub(super) fn read(
     options.traversal_limit_in_words(Some(crate::net::MAX_MESSAGE_WORDS));
     let message = capnp::serialize::read_message_from_flat_slice(&mut &body[..], options)
         .map_err(|e| damaged(e.to_string()))?;
-    let named = || -> capnp::Result<Vec<(String, Vec<u64>)>> {
-        let root: missed_writes::Reader<'_> = message.get_root()?;
-        root.get_slaves()?
-            .iter()
-            .map(|by| Ok((by.get_name()?.to_string()?, by.get_vids()?.iter().collect())))
-            .collect()
-    };
-    for (name, vids) in named().map_err(|e| damaged(e.to_string()))? {
-        if let Some(index) = slaves.iter().position(|s| s.name == name) {
-            missed[index].extend(vids);
+    let mut named = || -> capnp::Result<()> {
+        let list = message
+            .get_root::<missed_writes::Reader<'_>>()?
+            .get_slaves()?;
+        // Each entry takes a word at least as the master writes it; a list
+        // of empty structs takes none, and would cost its count in memory.
+        if list.len() as usize > body.len() / 8 {
+            return Err(capnp::Error::failed(format!(
+                "{} slaves in a file of {} bytes",
+                list.len(),
+                body.len()
+            )));
         }
-    }
+        for by in list.iter() {
+            let name = by.get_name()?.to_str()?;
+            if let Some(index) = slaves.iter().position(|s| s.name == name) {
+                missed[index].extend(by.get_vids()?.iter());
+            }
+        }
+        Ok(())
+    };
+    named().map_err(|e| damaged(e.to_string()))?;
     Ok(missed)
 }
 
@@ -147,6 +157,19 @@ mod tests {
             read(&dir, &slaves(&["s0"]))
                 .unwrap_err()
                 .contains("damaged")
+        );
+        // Three words naming 2^27 - 16 slaves of no words each, which a
+        // master once read into 6 GiB.
+        let count: u64 = (1 << 27) - 16;
+        let mut body = Vec::new();
+        for word in [3 << 32, 1 << 48, 1 | 7 << 32, count << 2] {
+            body.extend(u64::to_le_bytes(word));
+        }
+        bitfold_engine::store::write_sealed(&dir, FILE, &body).unwrap();
+        let err = read(&dir, &slaves(&["s0"])).unwrap_err();
+        assert!(
+            err.contains(&format!("{count} slaves in a file of 32 bytes")),
+            "{err}"
         );
     }
 }

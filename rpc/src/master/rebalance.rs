@@ -24,6 +24,7 @@ use super::reply::Failure;
 use super::slaves::SlaveState;
 use crate::client::ErrorKind;
 use crate::cluster::ClusterConfig;
+use crate::wire;
 
 /// What a step did.
 #[derive(Debug, Default, Clone, Copy)]
@@ -219,20 +220,23 @@ impl Master {
         vids: &[u64],
     ) -> Result<(), String> {
         let addr = &layout.slaves()[owner].addr;
-        let response = self
-            .pool
-            .call(addr, self.options.import_timeout, |client| {
-                let mut request = client.update_request();
-                let mut list = request.get().init_changes(vids.len() as u32);
-                for (i, &vid) in vids.iter().enumerate() {
-                    let mut change = list.reborrow().get(i as u32);
-                    change.set_vid(vid);
-                    change.set_delete(());
-                }
-                request.send().promise
-            })
-            .await?;
-        read_changed(&response)
+        for piece in vids.chunks(wire::MAX_UPDATE_CHANGES as usize) {
+            let response = self
+                .pool
+                .call(addr, self.options.import_timeout, |client| {
+                    let mut request = client.update_request();
+                    let mut list = request.get().init_changes(piece.len() as u32);
+                    for (i, &vid) in piece.iter().enumerate() {
+                        let mut change = list.reborrow().get(i as u32);
+                        change.set_vid(vid);
+                        change.set_delete(());
+                    }
+                    request.send().promise
+                })
+                .await?;
+            read_changed(&response)?;
+        }
+        Ok(())
     }
 
     /// Installs `layout`, growing or shrinking the per-slave state to its

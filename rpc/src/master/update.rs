@@ -15,11 +15,12 @@ use std::collections::BTreeSet;
 
 use capnp::message::{Builder, HeapAllocator};
 
+use super::Master;
+use super::copy::read_changed;
 use super::import::holds_bits;
 use super::journal::Pending;
 use super::reply::Failure;
-use super::{Master, slave_said};
-use crate::bitfold_capnp::{change, change_result, vid_span, vid_vector};
+use crate::bitfold_capnp::{change, vid_span, vid_vector};
 use crate::catalog::Catalog;
 use crate::client::ErrorKind;
 use crate::wire;
@@ -198,17 +199,7 @@ impl Master {
     /// master stopped between recording a delete and the catalog's record
     /// of it would otherwise plan queries on vectors being deleted.
     pub(super) async fn recover_deletes(&self) -> Result<(), String> {
-        let mut vids = Vec::new();
-        for (id, pending) in self.journal.borrow().pending() {
-            let changes = pending
-                .changes()
-                .map_err(|e| format!("recorded update {id} is malformed: {e}"))?;
-            for change in changes.iter() {
-                if let Ok(change::Delete(())) = change.which() {
-                    vids.push(change.get_vid());
-                }
-            }
-        }
+        let vids = self.journal.borrow().deleted_vids()?;
         Catalog::remove(&self.catalog, vids)
             .await
             .map(|_| ())
@@ -254,58 +245,133 @@ impl Master {
         Ok(())
     }
 
-    /// Sends `owner` its share of update `id`; returns the vids it changed.
+    /// Sends `owner` its share of update `id`, in pieces within the bounds
+    /// of one update message ([`pieces`]); returns the vids it changed.
+    /// (Every change is idempotent: an owner that failed after some pieces
+    /// applies them again, harmlessly, when it catches up.)
     async fn send_update(&self, owner: usize, id: u64) -> Result<Vec<u64>, String> {
         let layout = self.layout();
         let entry = &layout.slaves()[owner];
-        let mine: Vec<u32> = {
+        let (mine, parts): (Vec<u32>, Vec<u32>) = {
             let journal = self.journal.borrow();
             let Some(pending) = journal.get(id) else {
                 return Ok(Vec::new());
             };
             let changes = pending.changes().map_err(|e| e.to_string())?;
-            (0..changes.len())
-                .filter(|&i| {
-                    layout
-                        .write_owners(changes.get(i).get_vid())
-                        .contains(&owner)
-                })
-                .collect()
-        };
-        let answer = self
-            .pool
-            .call(&entry.addr, self.options.import_timeout, |client| {
-                let journal = self.journal.borrow();
-                let mut request = client.update_request();
-                let built = journal
-                    .get(id)
-                    .ok_or_else(|| capnp::Error::failed("the update is no longer pending".into()))
-                    .and_then(Pending::changes)
-                    .and_then(|changes| {
-                        let mut list = request.get().init_changes(mine.len() as u32);
-                        for (j, &i) in mine.iter().enumerate() {
-                            list.set_with_caveats(j as u32, changes.get(i))?;
-                        }
-                        Ok(())
+            let mut parts = Vec::new();
+            let mut mine = Vec::new();
+            for (i, change) in changes.iter().enumerate() {
+                if layout.write_owners(change.get_vid()).contains(&owner) {
+                    mine.push(i as u32);
+                    parts.push(match change.which() {
+                        Ok(change::Clear(Ok(list)) | change::Replace(Ok(list))) => list.len(),
+                        _ => 0,
                     });
-                match built {
-                    Ok(()) => capnp::capability::Promise::from_future(request.send().promise),
-                    Err(err) => capnp::capability::Promise::err(err),
                 }
-            })
-            .await?;
-        let result = answer
-            .get()
-            .and_then(|r| r.get_result())
-            .and_then(|r| Ok(r.which()?))
-            .map_err(|e| format!("it answered a malformed message: {e}"))?;
-        match result {
-            change_result::Changed(bytes) => {
-                let bytes = bytes.map_err(|e| format!("it answered a malformed message: {e}"))?;
-                let vids = wire::vids(bytes).map_err(|e| format!("it answered {e}"))?;
-                Ok(vids.into_owned())
             }
-            change_result::Error(text) => Err(slave_said(text)),
+            (mine, parts)
+        };
+        let mut changed = Vec::new();
+        for piece in pieces(&parts) {
+            let piece = &mine[piece];
+            let answer = self
+                .pool
+                .call(&entry.addr, self.options.import_timeout, |client| {
+                    let journal = self.journal.borrow();
+                    let mut request = client.update_request();
+                    let built = journal
+                        .get(id)
+                        .ok_or_else(|| {
+                            capnp::Error::failed("the update is no longer pending".into())
+                        })
+                        .and_then(Pending::changes)
+                        .and_then(|changes| {
+                            let mut list = request.get().init_changes(piece.len() as u32);
+                            for (j, &i) in piece.iter().enumerate() {
+                                list.set_with_caveats(j as u32, changes.get(i))?;
+                            }
+                            Ok(())
+                        });
+                    match built {
+                        Ok(()) => capnp::capability::Promise::from_future(request.send().promise),
+                        Err(err) => capnp::capability::Promise::err(err),
+                    }
+                })
+                .await?;
+            changed.extend(read_changed(&answer)?);
+        }
+        Ok(changed)
+    }
+}
+
+/// Cuts a list of changes, given the parts of each, into consecutive
+/// pieces that each fit one update message: at most
+/// [`wire::MAX_UPDATE_CHANGES`] changes and [`wire::MAX_IMPORT_PARTS`] parts
+/// (one change never holds more than [`wire::MAX_PARTS`], fewer than that).
+fn pieces(parts: &[u32]) -> Vec<std::ops::Range<usize>> {
+    let mut pieces = Vec::new();
+    let (mut start, mut in_piece) = (0, 0u32);
+    for (i, &n) in parts.iter().enumerate() {
+        let full = i - start == wire::MAX_UPDATE_CHANGES as usize
+            || in_piece.saturating_add(n) > wire::MAX_IMPORT_PARTS;
+        if full && i > start {
+            pieces.push(start..i);
+            (start, in_piece) = (i, 0);
+        }
+        in_piece = in_piece.saturating_add(n);
+    }
+    if start < parts.len() {
+        pieces.push(start..parts.len());
+    }
+    pieces
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_update_is_sent_in_pieces_within_the_message_bounds() {
+        let most = wire::MAX_UPDATE_CHANGES as usize;
+        assert_eq!(pieces(&[]), Vec::<std::ops::Range<usize>>::new());
+        assert_eq!(pieces(&[0; 3]), vec![0..3]);
+        assert_eq!(pieces(&vec![0; most]), vec![0..most]);
+        assert_eq!(
+            pieces(&vec![0; 2 * most + 1]),
+            [0..most, most..2 * most, 2 * most..2 * most + 1]
+        );
+        // Parts: eight changes of the most parts a vector holds fill a
+        // message's 1,048,576; the ninth starts the next.
+        let full = wire::MAX_PARTS;
+        assert_eq!(pieces(&[full; 9]), [0..8, 8..9]);
+        assert_eq!(
+            pieces(&[1, full, full, full, full, full, full, full, full]),
+            [0..8, 8..9]
+        );
+        // Any list: consecutive pieces covering it, each within both
+        // bounds, and each as long as they allow.
+        let parts = [
+            full - 1,
+            7,
+            full,
+            3,
+            full,
+            full,
+            full,
+            full,
+            full,
+            2,
+            0,
+            full,
+        ];
+        let cut = pieces(&parts);
+        assert_eq!(cut.first().map(|p| p.start), Some(0));
+        assert_eq!(cut.last().map(|p| p.end), Some(parts.len()));
+        for (piece, next) in cut.iter().zip(cut.iter().skip(1)) {
+            assert_eq!(piece.end, next.start);
+            let held: u32 = parts[piece.clone()].iter().sum();
+            assert!(held <= wire::MAX_IMPORT_PARTS && piece.len() <= most);
+            assert!(held + parts[next.start] > wire::MAX_IMPORT_PARTS);
         }
     }
 }

@@ -232,8 +232,10 @@ impl slave::Server for Slave {
     ) -> Result<(), capnp::Error> {
         self.metrics.request("update");
         // As for an import: the store fsyncs, on a blocking thread.
+        let changes = params.get()?.get_changes()?;
+        wire::check_changes(changes)?;
         let mut batch = capnp::message::Builder::new_default();
-        batch.set_root(params.get()?.get_changes()?)?;
+        batch.set_root(changes)?;
         drop(params);
         let store = self.store.clone();
         let applied = tokio::task::spawn_blocking(move || update_batch(&store, &batch))
