@@ -5,8 +5,10 @@
 //! in `tests/regressions.rs` replays every input under
 //! `fuzz/regressions/<target>/` on stable, so a fixed crash stays fixed.
 
+mod files;
 mod framing;
 mod index;
+mod master;
 mod pairs;
 mod portable;
 mod query;
@@ -15,6 +17,7 @@ mod wire;
 
 pub use framing::framing;
 pub use index::index;
+pub use master::master;
 pub use pairs::pairs;
 pub use portable::portable;
 pub use query::query;
@@ -26,7 +29,7 @@ pub type Target = fn(data: &[u8]);
 
 /// Every target by name, as `fuzz/fuzz_targets/<name>.rs` and
 /// `fuzz/regressions/<name>/` name it.
-pub const TARGETS: [(&str, Target); 7] = [
+pub const TARGETS: [(&str, Target); 8] = [
     ("query", query),
     ("portable", portable),
     ("pairs", pairs),
@@ -34,4 +37,5 @@ pub const TARGETS: [(&str, Target); 7] = [
     ("wire", wire),
     ("framing", framing),
     ("index", index),
+    ("master", master),
 ];

@@ -1,6 +1,6 @@
-use std::sync::Arc;
+use crate::files::directory;
 
-use bitfold_engine::store::{Directory, MemoryDirectory, VID_LOG_NAME, VidLog, reseal};
+use bitfold_engine::store::{VID_LOG_NAME, VidLog};
 use bitfold_engine::{Store, VectorPart, VidRun};
 
 /// The names a fuzzed directory's files get, by the first byte of their record.
@@ -13,17 +13,17 @@ const NAMES: [&str; 6] = [
     "MANIFEST.tmp",
 ];
 
-/// Store opening: `data` is a list of files (records: a name byte, a `u32` length, the bytes) put in a
-/// `MemoryDirectory`; a file whose name byte has its top bit set is resealed
-/// first (its checksums made to match it), so that mutations reach the
-/// checks behind them. Opening the store never panics, and if it opens, every
+/// Store opening: `data` is a list of files (`files.rs`: records of a
+/// name byte, a `u32` length, the bytes) put in a `MemoryDirectory`; a file
+/// whose name byte has its top bit set is resealed first (its checksums
+/// made to match it), so that mutations reach the checks behind them. Opening the store never panics, and if it opens, every
 /// read works: each vid's parts, the cover of all of them and of the one
 /// run spanning them (whose first missing vid is the first gap), the
 /// vector count.
 /// The catalog log in the same directory opens or is refused, and once open
 /// it keeps what is appended to it.
 pub fn store(data: &[u8]) {
-    let dir = directory(data);
+    let dir = directory(data, &NAMES);
     if let Ok(store) = Store::with_directory(dir.clone()) {
         let snapshot = store.snapshot();
         let vids: Vec<u64> = snapshot.vids().collect();
@@ -73,51 +73,10 @@ fn walk(part: &VectorPart<'_>) {
     assert_eq!(part.is_empty(), part.cardinality() == 0);
 }
 
-/// The files of `data` (see [`files`]) in a memory directory, resealed
-/// where asked.
-fn directory(data: &[u8]) -> Arc<MemoryDirectory> {
-    let dir = Arc::new(MemoryDirectory::new());
-    for (name, bytes, sealed) in files(data) {
-        let mut bytes = bytes.to_vec();
-        if sealed {
-            reseal(name, &mut bytes);
-        }
-        let mut file = dir.create(name).expect("a memory file can be created");
-        file.write_all(&bytes)
-            .expect("a memory file can be written");
-        file.commit().expect("a memory file can be committed");
-    }
-    dir
-}
-
-/// The bit of a record's name byte that asks for the file to be resealed.
-const RESEAL: u8 = 0x80;
-
-/// Cuts `data` into files: each record is a name byte (its low seven bits
-/// an index into [`NAMES`], modulo; its top bit [`RESEAL`]), a
-/// little-endian `u32` length, and that many bytes (fewer at the end of the
-/// input). A name given twice keeps the last, so only the last record of
-/// each name is returned (an input of thousands of tiny records makes at
-/// most one file per name), with whether to reseal it.
-fn files(mut data: &[u8]) -> impl Iterator<Item = (&'static str, &[u8], bool)> {
-    let mut files = [None; NAMES.len()];
-    while let [name, rest @ ..] = data {
-        let Some((len, rest)) = rest.split_first_chunk::<4>() else {
-            break;
-        };
-        let len = (u32::from_le_bytes(*len) as usize).min(rest.len());
-        files[usize::from(name & !RESEAL) % NAMES.len()] = Some((&rest[..len], name & RESEAL != 0));
-        data = &rest[len..];
-    }
-    NAMES
-        .into_iter()
-        .zip(files)
-        .filter_map(|(name, file)| file.map(|(bytes, sealed)| (name, bytes, sealed)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::files::RESEAL;
 
     /// A log of three records, [1, 2], remove [1], [9], each with both
     /// checksums zero, as the record of name 4 (the log) of an input.
@@ -137,9 +96,10 @@ mod tests {
 
     #[test]
     fn a_file_is_resealed_only_when_asked() {
-        let refused = VidLog::with_directory(directory(&unsealed_log(4))).unwrap_err();
+        let refused = VidLog::with_directory(directory(&unsealed_log(4), &NAMES)).unwrap_err();
         assert!(refused.to_string().contains("checksum"), "{refused}");
-        let (_, vids) = VidLog::with_directory(directory(&unsealed_log(4 | RESEAL))).unwrap();
+        let (_, vids) =
+            VidLog::with_directory(directory(&unsealed_log(4 | RESEAL), &NAMES)).unwrap();
         assert_eq!(vids, [2, 9]);
     }
 }

@@ -44,7 +44,9 @@ impl Catalog {
         catalog
     }
 
-    fn with_directory(dir: Arc<dyn Directory>) -> Result<Catalog, StoreError> {
+    /// Opens the catalog in `dir`; a damaged log is refused with an error
+    /// naming its file.
+    pub(crate) fn with_directory(dir: Arc<dyn Directory>) -> Result<Catalog, StoreError> {
         let (log, vids) = VidLog::with_directory(dir.clone())?;
         Ok(Catalog {
             vids: Runs::of(vids),

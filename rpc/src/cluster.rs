@@ -108,16 +108,22 @@ impl ClusterFile {
             path: path.to_owned(),
             cause,
         })?;
+        ClusterFile::parse(&text, path)
+    }
+
+    /// Parses and validates the text of a cluster file, `[tls]` table
+    /// included; errors name `path`.
+    pub fn parse(text: &str, path: &Path) -> Result<ClusterFile, ConfigError> {
         let parse_error = |e: toml::de::Error| ConfigError::Parse {
             path: path.to_owned(),
             message: e.to_string().trim_end().replace('\n', " "),
         };
-        let mut table: toml::Table = toml::from_str(&text).map_err(parse_error)?;
+        let mut table: toml::Table = toml::from_str(text).map_err(parse_error)?;
         let tls = table.remove("tls");
         // Without a `[tls]` table the text is read as the cluster directly,
         // so that an error in it gives its line and column.
         let cluster: ClusterConfig = match tls {
-            None => toml::from_str(&text),
+            None => toml::from_str(text),
             Some(_) => table.try_into(),
         }
         .map_err(parse_error)?;

@@ -6,6 +6,9 @@
 //! of `VidVector`s ([`import`]: what `Slave.import` reads before it touches
 //! its store). Both read the message with the limits every connection uses
 //! ([`read_message`]).
+//!
+//! And a master's start without a network ([`master_restart`]): what it
+//! reads from its data directory and the cluster file before it serves.
 
 use std::ops::Deref;
 
@@ -16,6 +19,8 @@ use capnp::serialize::BufferSegments;
 
 use crate::bitfold_capnp::{part, vid_vector};
 use crate::wire;
+
+pub use crate::master::start::{Started, restart as master_restart};
 
 /// The most vectors one import may hold: [`import`] refuses more before it
 /// reads any of them (docs/protocol.md §7, Limits).

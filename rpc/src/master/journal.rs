@@ -81,7 +81,9 @@ impl Journal {
         })
     }
 
-    /// The pending updates, in the order they were recorded.
+    /// The pending updates, in the order they were recorded (for tests and
+    /// feature `fuzzing`: what a start read).
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(super) fn pending(&self) -> impl Iterator<Item = (u64, &Pending)> {
         self.pending.iter().map(|(&id, p)| (id, p))
     }
@@ -267,28 +269,37 @@ fn decode(body: &[u8]) -> capnp::Result<Builder<HeapAllocator>> {
     options.traversal_limit_in_words(Some(crate::net::MAX_MESSAGE_WORDS));
     let reader = capnp::serialize::read_message_from_flat_slice(&mut &body[..], options)?;
     let root: pending_update::Reader<'_> = reader.get_root()?;
-    check_sizes(root.get_changes()?, body.len())?;
     let mut message = Builder::new_default();
     message.set_root(root)?;
+    let words = message.size_in_words();
+    check_sizes(
+        message
+            .get_root_as_reader::<pending_update::Reader<'_>>()?
+            .get_changes()?,
+        words,
+    )?;
     Ok(message)
 }
 
 /// Refuses a recorded update whose changes the master could not send or
-/// would pay for far beyond its file: a clear or replace of more parts
-/// than a vector travels as, or more changes and parts than the file has
-/// words (each takes a word at least as the master writes it; a list of
-/// empty structs takes none, and would cost every owner's roll-forward
-/// memory in proportion to its count).
+/// would pay for far beyond its message's `words` (what the copy of what
+/// it holds takes, the file's unused bytes left out): a clear or replace of
+/// more parts than a vector travels as, or more changes and parts than the
+/// message has words. Each takes a word at least as the master writes it;
+/// a list of empty structs takes none (and its copy none), and would cost
+/// the roll-forward memory in proportion to its count.
 fn check_sizes(
     changes: capnp::struct_list::Reader<'_, change::Owned>,
-    bytes: usize,
+    words: usize,
 ) -> capnp::Result<()> {
-    let words = bytes / 8;
+    let too_many = |held: usize| {
+        capnp::Error::failed(format!(
+            "{held} changes and parts in a message of {words} words"
+        ))
+    };
     let mut held = changes.len() as usize;
     if held > words {
-        return Err(capnp::Error::failed(format!(
-            "{held} changes in a file of {bytes} bytes"
-        )));
+        return Err(too_many(held));
     }
     for change in changes.iter() {
         if let change::Clear(list) | change::Replace(list) = change.which()? {
@@ -298,9 +309,7 @@ fn check_sizes(
         }
     }
     if held > words {
-        return Err(capnp::Error::failed(format!(
-            "{held} changes and parts in a file of {bytes} bytes"
-        )));
+        return Err(too_many(held));
     }
     Ok(())
 }
@@ -390,7 +399,9 @@ mod tests {
         write_sealed(&*dir, &file_name(3), &body).unwrap();
         let refused = Journal::open(dir).err().unwrap();
         assert!(
-            refused.contains(&format!("{count} changes in a file")),
+            refused.contains(&format!(
+                "{count} changes and parts in a message of 5 words"
+            )),
             "{refused}"
         );
         assert!(

@@ -28,6 +28,7 @@ mod recorded;
 mod refill;
 mod reply;
 mod slaves;
+pub(crate) mod start;
 mod trace;
 mod update;
 
@@ -71,24 +72,12 @@ pub fn run_until(
         return Err(crate::Error::Config("attempts must be at least 1".into()));
     }
     let catalog = Catalog::open(&options.data_dir).map_err(crate::Error::Catalog)?;
-    let current = recorded::layout(
-        &**catalog.directory(),
-        &options.cluster,
-        !catalog.is_empty(),
-    )
-    .map_err(crate::Error::Config)?;
-    let moving = recorded::read_move(&**catalog.directory()).map_err(crate::Error::Config)?;
-    let move_next = moving.as_ref().map_or(0, |m| m.next);
-    let layout = Layout {
-        current,
-        target: moving.map(|m| m.target),
-    };
-    let journal = Journal::open(catalog.directory().clone()).map_err(crate::Error::Config)?;
-    let mut missed =
-        missed::read(&**catalog.directory(), layout.slaves()).map_err(crate::Error::Config)?;
-    for vids in &mut missed {
-        vids.retain(|&vid| catalog.contains(vid));
-    }
+    let start::Records {
+        layout,
+        move_next,
+        journal,
+        missed,
+    } = start::read(&catalog, &options.cluster).map_err(crate::Error::Config)?;
     net::block_on_local(async move {
         let listener = net::bind(&options.listen).await?;
         let addr = net::local_addr(&listener)?;

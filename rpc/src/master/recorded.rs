@@ -167,23 +167,38 @@ pub(crate) struct Move {
     pub(crate) target: ClusterConfig,
 }
 
-/// The move in progress, if `dir` records one.
-pub(crate) fn read_move(dir: &dyn Directory) -> Result<Option<Move>, String> {
+/// The move in progress, if `dir` records one. Its target must extend the
+/// `current` layout as an allowed edit does (the same `group`, the same
+/// slave at every position both have), or the record is refused as damaged;
+/// it takes the cluster `file`'s addresses, as the current layout does, so
+/// that a slave given a new machine while vectors move is reached there.
+pub(crate) fn read_move(
+    dir: &dyn Directory,
+    current: &ClusterConfig,
+    file: &ClusterConfig,
+) -> Result<Option<Move>, String> {
     if !holds(dir, MOVE_FILE)? {
         return Ok(None);
     }
+    let damaged = |why: &str| {
+        format!(
+            "{} is not a move record{why}; restore it, or remove it and run `bitfold \
+             rebalance` again",
+            dir.path(MOVE_FILE).display()
+        )
+    };
     let bytes = dir.read(MOVE_FILE).map_err(|e| e.to_string())?;
     let parsed = std::str::from_utf8(&bytes)
         .ok()
         .and_then(|text| toml::from_str::<Move>(text).ok());
-    match parsed {
-        Some(moving) if moving.target.validate().is_ok() => Ok(Some(moving)),
-        _ => Err(format!(
-            "{} is not a move record; restore it, or remove it and run `bitfold rebalance` \
-             again",
-            dir.path(MOVE_FILE).display()
-        )),
-    }
+    let Some(mut moving) = parsed.filter(|m| m.target.validate().is_ok()) else {
+        return Err(damaged(""));
+    };
+    let extended = target(current, &moving.target)
+        .map_err(|why| damaged(&format!(" of this master's placement ({why})")))?;
+    moving.target = edited(&extended, file)
+        .map_err(|why| format!("while vectors move (`bitfold rebalance`), {why}"))?;
+    Ok(Some(moving))
 }
 
 /// Records the move's progress durably.
@@ -306,26 +321,31 @@ mod tests {
     #[test]
     fn a_move_record_reads_back_and_damage_is_refused() {
         let dir = MemoryDirectory::new();
-        assert_eq!(read_move(&dir).unwrap(), None);
+        let current = cluster(&THREE, 1, 16);
+        assert_eq!(read_move(&dir, &current, &current).unwrap(), None);
         let moving = Move {
             next: 77,
             target: cluster(&THREE, 2, 16),
         };
         record_move(&dir, &moving).unwrap();
-        assert_eq!(read_move(&dir).unwrap(), Some(moving));
+        assert_eq!(read_move(&dir, &current, &current).unwrap(), Some(moving));
         // Vids are any u64, past what a TOML integer holds.
         let far = Move {
             next: u64::MAX - 1,
             target: cluster(&THREE, 2, 16),
         };
         record_move(&dir, &far).unwrap();
-        assert_eq!(read_move(&dir).unwrap(), Some(far));
+        assert_eq!(read_move(&dir, &current, &current).unwrap(), Some(far));
         end_move(&dir).unwrap();
-        assert_eq!(read_move(&dir).unwrap(), None);
+        assert_eq!(read_move(&dir, &current, &current).unwrap(), None);
         let mut damaged = dir.create(MOVE_FILE).unwrap();
         damaged.write_all(b"next = 1").unwrap();
         damaged.commit().unwrap();
-        assert!(read_move(&dir).unwrap_err().contains("rebalance"));
+        assert!(
+            read_move(&dir, &current, &current)
+                .unwrap_err()
+                .contains("rebalance")
+        );
         let current = cluster(&THREE, 1, 16);
         let reordered = cluster(&[THREE[1], THREE[0]], 1, 16);
         assert!(
@@ -335,6 +355,46 @@ mod tests {
         );
         let grown = cluster(&[THREE[0], THREE[1], THREE[2], ("s3", "h:4")], 2, 16);
         assert_eq!(target(&current, &grown).unwrap(), grown);
+    }
+
+    #[test]
+    fn a_move_takes_the_files_addresses_and_must_extend_the_placement() {
+        let dir = MemoryDirectory::new();
+        let current = cluster(&THREE, 1, 16);
+        let grown = cluster(&[THREE[0], THREE[1], THREE[2], ("s3", "h:4")], 1, 16);
+        record_move(
+            &dir,
+            &Move {
+                next: 5,
+                target: grown.clone(),
+            },
+        )
+        .unwrap();
+        // A new machine for s1 while vectors move to s3: both layouts reach it.
+        let file = cluster(&[THREE[0], ("s1", "new:2"), THREE[2], ("s3", "h:4")], 1, 16);
+        let moving = read_move(&dir, &current, &file).unwrap().unwrap();
+        assert_eq!(moving.target.slaves[1].addr, "new:2");
+        assert_eq!(moving.target.slaves[3].addr, "h:4");
+        assert_eq!(moving.next, 5);
+        let renamed = cluster(&[THREE[0], THREE[1], THREE[2], ("t3", "h:4")], 1, 16);
+        let why = read_move(&dir, &current, &renamed).unwrap_err();
+        assert!(
+            why.contains("while vectors move") && why.contains("\"t3\""),
+            "{why}"
+        );
+        // Records that do not extend the placement: another group, another slave.
+        for target in [
+            cluster(&[THREE[0], THREE[1], THREE[2], ("s3", "h:4")], 1, 64),
+            cluster(&[THREE[0], ("x1", "h:2"), THREE[2]], 1, 16),
+        ] {
+            record_move(&dir, &Move { next: 0, target }).unwrap();
+            let why = read_move(&dir, &current, &current).unwrap_err();
+            assert!(
+                why.contains("move.toml is not a move record of this master"),
+                "{why}"
+            );
+            assert!(why.contains("run `bitfold rebalance` again"), "{why}");
+        }
     }
 
     #[test]
