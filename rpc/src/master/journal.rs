@@ -263,55 +263,39 @@ fn parse_name(name: &str) -> Option<u64> {
 }
 
 /// Decodes a recorded message into a builder (so that its `waiting` list
-/// can be rewritten in place).
+/// can be rewritten in place), each change copied into a change of its
+/// full size. Refused: more changes than the file has words (each takes
+/// three as the master writes it; a list of empty structs takes none, and
+/// would cost the roll-forward memory in proportion to its count), or a
+/// clear or replace of more parts than a vector travels as (an update no
+/// owner could apply).
 fn decode(body: &[u8]) -> capnp::Result<Builder<HeapAllocator>> {
     let mut options = ReaderOptions::new();
     options.traversal_limit_in_words(Some(crate::net::MAX_MESSAGE_WORDS));
     let reader = capnp::serialize::read_message_from_flat_slice(&mut &body[..], options)?;
     let root: pending_update::Reader<'_> = reader.get_root()?;
-    let mut message = Builder::new_default();
-    message.set_root(root)?;
-    let words = message.size_in_words();
-    check_sizes(
-        message
-            .get_root_as_reader::<pending_update::Reader<'_>>()?
-            .get_changes()?,
-        words,
-    )?;
-    Ok(message)
-}
-
-/// Refuses a recorded update whose changes the master could not send or
-/// would pay for far beyond its message's `words` (what the copy of what
-/// it holds takes, the file's unused bytes left out): a clear or replace of
-/// more parts than a vector travels as, or more changes and parts than the
-/// message has words. Each takes a word at least as the master writes it;
-/// a list of empty structs takes none (and its copy none), and would cost
-/// the roll-forward memory in proportion to its count.
-fn check_sizes(
-    changes: capnp::struct_list::Reader<'_, change::Owned>,
-    words: usize,
-) -> capnp::Result<()> {
-    let too_many = |held: usize| {
-        capnp::Error::failed(format!(
-            "{held} changes and parts in a message of {words} words"
-        ))
-    };
-    let mut held = changes.len() as usize;
-    if held > words {
-        return Err(too_many(held));
+    let changes = root.get_changes()?;
+    if changes.len() as usize > body.len() / 8 {
+        return Err(capnp::Error::failed(format!(
+            "{} changes in a file of {} bytes",
+            changes.len(),
+            body.len()
+        )));
     }
     for change in changes.iter() {
         if let change::Clear(list) | change::Replace(list) = change.which()? {
-            let parts = list?.len();
-            crate::wire::at_most(parts, crate::wire::MAX_PARTS, "parts of a vector")?;
-            held += parts as usize;
+            crate::wire::at_most(list?.len(), crate::wire::MAX_PARTS, "parts of a vector")?;
         }
     }
-    if held > words {
-        return Err(too_many(held));
+    let mut message = Builder::new_default();
+    let mut copy: pending_update::Builder<'_> = message.init_root();
+    copy.set_id(root.get_id());
+    copy.set_waiting(root.get_waiting()?)?;
+    let mut list = copy.init_changes(changes.len());
+    for (i, change) in changes.iter().enumerate() {
+        list.set_with_caveats(i as u32, change)?;
     }
-    Ok(())
+    Ok(message)
 }
 
 #[cfg(test)]
@@ -399,9 +383,7 @@ mod tests {
         write_sealed(&*dir, &file_name(3), &body).unwrap();
         let refused = Journal::open(dir).err().unwrap();
         assert!(
-            refused.contains(&format!(
-                "{count} changes and parts in a message of 5 words"
-            )),
+            refused.contains(&format!("{count} changes in a file of 48 bytes")),
             "{refused}"
         );
         assert!(
