@@ -13,6 +13,7 @@ mod pairs;
 mod portable;
 mod query;
 mod store;
+mod update;
 mod wire;
 
 pub use framing::framing;
@@ -22,6 +23,7 @@ pub use pairs::pairs;
 pub use portable::portable;
 pub use query::query;
 pub use store::store;
+pub use update::update;
 pub use wire::wire;
 
 /// A fuzz target: panics if the decoder it drives fails on `data`.
@@ -29,7 +31,7 @@ pub type Target = fn(data: &[u8]);
 
 /// Every target by name, as `fuzz/fuzz_targets/<name>.rs` and
 /// `fuzz/regressions/<name>/` name it.
-pub const TARGETS: [(&str, Target); 8] = [
+pub const TARGETS: [(&str, Target); 9] = [
     ("query", query),
     ("portable", portable),
     ("pairs", pairs),
@@ -38,4 +40,5 @@ pub const TARGETS: [(&str, Target); 8] = [
     ("framing", framing),
     ("index", index),
     ("master", master),
+    ("update", update),
 ];

@@ -32,7 +32,7 @@ pub fn wire(data: &[u8]) {
 
 /// A list of parts is refused, or read as the union of its naive decoding;
 /// whether it was read.
-fn check_vector(list: capnp::struct_list::Reader<'_, part::Owned>) -> bool {
+pub(crate) fn check_vector(list: capnp::struct_list::Reader<'_, part::Owned>) -> bool {
     let Ok((bits, is_term)) = fuzzing::read_vector(list) else {
         return false;
     };
@@ -120,7 +120,7 @@ fn check_import(vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>) {
 }
 
 /// The bits of an accepted part, from its fields read byte by byte.
-fn naive(part: part::Reader<'_>) -> Vec<u32> {
+pub(crate) fn naive(part: part::Reader<'_>) -> Vec<u32> {
     fn field(data: capnp::Result<&[u8]>) -> &[u8] {
         data.expect("an accepted part's fields read")
     }
@@ -182,7 +182,7 @@ fn naive(part: part::Reader<'_>) -> Vec<u32> {
 /// Serializes a list of `VidVector`s whose shape and contents `data` gives,
 /// with at most one full key per part if `full` and at most three
 /// nearly-full containers if `holes`.
-fn build(data: &[u8], full: bool, holes: bool) -> Vec<u8> {
+pub(crate) fn build(data: &[u8], full: bool, holes: bool) -> Vec<u8> {
     let mut input = Bytes(data);
     let mut message = capnp::message::Builder::new_default();
     let count = input.byte() % 5;

@@ -5,7 +5,8 @@
 //! `handle`, `coordinate` and `gather` do with a partial result) or as a list
 //! of `VidVector`s ([`import`]: what `Slave.import` reads before it touches
 //! its store). Both read the message with the limits every connection uses
-//! ([`read_message`]).
+//! ([`read_message`]). An update's changes are read as `Slave.update`
+//! reads them ([`update`]).
 //!
 //! And a master's start without a network ([`master_restart`]): what it
 //! reads from its data directory and the cluster file before it serves.
@@ -18,6 +19,7 @@ use capnp::message::{Reader, ReaderSegments};
 use capnp::serialize::BufferSegments;
 
 use crate::bitfold_capnp::{part, vid_vector};
+use crate::slave::ChangeView;
 use crate::wire;
 
 pub use crate::master::start::{Started, restart as master_restart};
@@ -29,6 +31,14 @@ pub const MAX_IMPORT_VECTORS: u32 = wire::MAX_IMPORT_VECTORS;
 /// The most parts, over all its vectors, one import may hold: [`import`]
 /// refuses more before it reads any of them (docs/protocol.md §7, Limits).
 pub const MAX_IMPORT_PARTS: u32 = wire::MAX_IMPORT_PARTS;
+
+/// The most parts one vector travels as: a list of more is refused before
+/// it is read (docs/protocol.md §7, Limits).
+pub const MAX_PARTS: u32 = wire::MAX_PARTS;
+
+/// The most changes one update may hold: [`update`] refuses more before it
+/// reads any of them (docs/protocol.md §7, Limits).
+pub const MAX_UPDATE_CHANGES: u32 = wire::MAX_UPDATE_CHANGES;
 
 /// Reads `bytes` as one Cap'n Proto message (segment table first), with the
 /// traversal limit of every connection (`MAX_MESSAGE_WORDS`). The message is
@@ -75,6 +85,43 @@ pub fn read_stream(bytes: &[u8]) -> (Vec<Vec<Vec<u8>>>, Option<capnp::Error>) {
             }
         }
     })
+}
+
+/// What one change of an update does, as a slave hands it to its store.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Clear these bits of vector `vid`: one per part, in order.
+    Clear(u64, Vec<u32>),
+    /// Remove vector `vid`.
+    Delete(u64),
+    /// Make vector `vid` exactly these bits.
+    Replace(u64, Vec<u32>),
+}
+
+/// `Slave.update`'s reading of `changes` (the request's list), without a
+/// store: the request's error if it is malformed (over a bound, or a part
+/// that does not read, or a replace whose parts overlap), else what it
+/// hands its store, in order; each bit list ascending.
+pub fn update(
+    changes: capnp::struct_list::Reader<'_, crate::bitfold_capnp::change::Owned>,
+) -> capnp::Result<Vec<Change>> {
+    let read = crate::slave::read_changes(changes)?;
+    let views = crate::slave::change_views(&read)?;
+    let mut handed = Vec::new();
+    for view in &views {
+        match view {
+            ChangeView::Clear(vid, parts) => handed.extend(
+                parts
+                    .iter()
+                    .map(|part| Change::Clear(*vid, part.bits().collect())),
+            ),
+            ChangeView::Delete(vid) => handed.push(Change::Delete(*vid)),
+            ChangeView::Replace(vid, vector) => {
+                handed.push(Change::Replace(*vid, vector.as_part().bits().collect()));
+            }
+        }
+    }
+    Ok(handed)
 }
 
 /// The words of a message, read as bytes: what [`read_message`] reads.

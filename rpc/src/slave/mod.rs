@@ -393,38 +393,90 @@ fn update_batch(
     store: &Store,
     message: &capnp::message::Builder<capnp::message::HeapAllocator>,
 ) -> capnp::Result<Result<Vec<u64>, StoreError>> {
-    let changes: capnp::struct_list::Reader<'_, change::Owned> = message.get_root_as_reader()?;
-    let mut wire_parts = Vec::new();
-    for (i, change) in changes.iter().enumerate() {
-        if let change::Clear(parts) | change::Replace(parts) = change.which()? {
-            wire_parts.extend(wire::read_parts(parts?)?.into_iter().map(|p| (i, p)));
-        }
-    }
-    let mut views: Vec<Vec<VectorPart<'_>>> = vec![Vec::new(); changes.len() as usize];
-    for (i, part) in &wire_parts {
-        views[*i].push(part.view().map_err(wire::failed)?);
-    }
-    let whole: Vec<Option<VectorBuf>> = changes
+    let read = read_changes(message.get_root_as_reader()?)?;
+    let changes = change_views(&read)?;
+    let batch: Vec<Update<'_>> = changes
         .iter()
-        .zip(&views)
-        .map(|(change, parts)| match change.which() {
-            Ok(change::Replace(_)) => concatenate(parts).map(Some),
-            _ => Ok(None),
-        })
-        .collect::<capnp::Result<_>>()?;
-    let mut batch = Vec::new();
-    for ((change, parts), whole) in changes.iter().zip(&views).zip(&whole) {
-        let vid = change.get_vid();
-        match change.which()? {
-            change::Clear(_) => batch.extend(parts.iter().map(|&p| Update::Clear(vid, p))),
-            change::Delete(()) => batch.push(Update::Delete(vid)),
-            change::Replace(_) => {
-                let vector = whole.as_ref().expect("a replace has its vector");
-                batch.push(Update::Replace(vid, vector.as_part()));
+        .flat_map(|change| -> Vec<Update<'_>> {
+            match change {
+                ChangeView::Clear(vid, parts) => {
+                    parts.iter().map(|&p| Update::Clear(*vid, p)).collect()
+                }
+                ChangeView::Delete(vid) => vec![Update::Delete(*vid)],
+                ChangeView::Replace(vid, vector) => vec![Update::Replace(*vid, vector.as_part())],
             }
-        }
-    }
+        })
+        .collect();
     Ok(store.update(&batch).map(|stats| stats.changed))
+}
+
+/// One change of an update, read from its message: its vid, what it does,
+/// and the parts of a clear or a replace (none for a delete).
+pub(crate) struct ChangeParts<'a> {
+    vid: u64,
+    kind: ChangeKind,
+    parts: Vec<wire::WirePart<'a>>,
+}
+
+/// What a change does.
+#[derive(Clone, Copy)]
+enum ChangeKind {
+    Clear,
+    Delete,
+    Replace,
+}
+
+/// Reads the changes of an update as a slave does before it touches its
+/// store: refused whole if over the bounds of one update
+/// ([`wire::check_changes`]) or if a change's parts do not read.
+pub(crate) fn read_changes(
+    changes: capnp::struct_list::Reader<'_, change::Owned>,
+) -> capnp::Result<Vec<ChangeParts<'_>>> {
+    wire::check_changes(changes)?;
+    changes
+        .iter()
+        .map(|change| {
+            let (kind, parts) = match change.which()? {
+                change::Clear(parts) => (ChangeKind::Clear, wire::read_parts(parts?)?),
+                change::Delete(()) => (ChangeKind::Delete, Vec::new()),
+                change::Replace(parts) => (ChangeKind::Replace, wire::read_parts(parts?)?),
+            };
+            Ok(ChangeParts {
+                vid: change.get_vid(),
+                kind,
+                parts,
+            })
+        })
+        .collect()
+}
+
+/// What one change does to the store, validated.
+pub(crate) enum ChangeView<'p> {
+    /// Clear the bits of these parts from the vector.
+    Clear(u64, Vec<VectorPart<'p>>),
+    /// Remove the vector.
+    Delete(u64),
+    /// Make the vector exactly this (its parts put together).
+    Replace(u64, VectorBuf),
+}
+
+/// The changes `read` ([`read_changes`]) as the store takes them: every
+/// part validated, a replace's parts put together into its vector.
+pub(crate) fn change_views<'p>(read: &'p [ChangeParts<'_>]) -> capnp::Result<Vec<ChangeView<'p>>> {
+    read.iter()
+        .map(|change| {
+            let views = change
+                .parts
+                .iter()
+                .map(|part| part.view().map_err(wire::failed))
+                .collect::<capnp::Result<Vec<_>>>()?;
+            Ok(match change.kind {
+                ChangeKind::Clear => ChangeView::Clear(change.vid, views),
+                ChangeKind::Delete => ChangeView::Delete(change.vid),
+                ChangeKind::Replace => ChangeView::Replace(change.vid, concatenate(&views)?),
+            })
+        })
+        .collect()
 }
 
 /// The vector made of `parts` (key-disjoint, in ascending key order, as
