@@ -26,6 +26,7 @@ const MAX_PARTS: u32 = 131_072;
 const MAX_IMPORT_VECTORS: u32 = 262_144;
 const MAX_IMPORT_PARTS: u32 = 1_048_576;
 const MAX_CHAINS: u32 = 10_000;
+const MAX_DELETE_SPANS: u32 = 65_536;
 
 /// Vectors `0..VECTORS` spread over both slaves, and the query over them all.
 const VECTORS: u64 = 40;
@@ -255,26 +256,7 @@ fn a_vector_of_too_many_parts_is_refused_by_slave_and_master_as_a_bad_request() 
     // The master checks each vector of an import or a clear before it
     // sends anything: the request is malformed, a `badQuery`, and nothing
     // of it is applied.
-    let (import, clear) = on_runtime(async {
-        let master: master::Client = connect(&cluster.master_addr()).await;
-        let vectors = over.get_root_as_reader()?;
-        let mut request = master.import_request();
-        request.get().set_vectors(vectors)?;
-        let response = request.send().promise.await?;
-        let import = match response.get()?.get_outcome()?.which()? {
-            outcome::Error(error) => told(error?)?,
-            outcome::Ok(()) => panic!("the master imported a malformed vector"),
-        };
-        let mut request = master.clear_request();
-        request.get().set_vectors(vectors)?;
-        let response = request.send().promise.await?;
-        let clear = match response.get()?.get_outcome()?.which()? {
-            update_outcome::Error(error) => told(error?)?,
-            update_outcome::Changed(_) => panic!("the master cleared a malformed vector"),
-        };
-        Ok::<_, capnp::Error>((import, clear))
-    })
-    .unwrap();
+    let [import, clear] = master_refuses(&cluster, &over);
     for (kind, message) in [import, clear] {
         assert_eq!(kind, ErrorKind::BadQuery, "{message}");
         assert!(message.starts_with("vector 1 is malformed: "), "{message}");
@@ -286,6 +268,34 @@ fn a_vector_of_too_many_parts_is_refused_by_slave_and_master_as_a_bad_request() 
     assert_answer(&client, "R:0", &oracle.range(&[(0, 0)]));
 }
 
+/// Sends `vectors` to the master as an import, then as a clear; the kind
+/// and text of the error it answered each (it must refuse both).
+fn master_refuses(
+    cluster: &Cluster,
+    vectors: &capnp::message::Builder<capnp::message::HeapAllocator>,
+) -> [(ErrorKind, String); 2] {
+    on_runtime(async {
+        let master: master::Client = connect(&cluster.master_addr()).await;
+        let vectors = vectors.get_root_as_reader()?;
+        let mut request = master.import_request();
+        request.get().set_vectors(vectors)?;
+        let response = request.send().promise.await?;
+        let import = match response.get()?.get_outcome()?.which()? {
+            outcome::Error(error) => told(error?)?,
+            outcome::Ok(()) => panic!("the master imported what it must refuse"),
+        };
+        let mut request = master.clear_request();
+        request.get().set_vectors(vectors)?;
+        let response = request.send().promise.await?;
+        let clear = match response.get()?.get_outcome()?.which()? {
+            update_outcome::Error(error) => told(error?)?,
+            update_outcome::Changed(_) => panic!("the master cleared what it must refuse"),
+        };
+        Ok::<_, capnp::Error>([import, clear])
+    })
+    .unwrap()
+}
+
 /// The kind and text of an error a master answered.
 fn told(error: error::Reader<'_>) -> capnp::Result<(ErrorKind, String)> {
     Ok((error.get_kind()?, error.get_message()?.to_string()?))
@@ -294,13 +304,41 @@ fn told(error: error::Reader<'_>) -> capnp::Result<(ErrorKind, String)> {
 #[test]
 fn an_import_of_too_many_vectors_is_refused() {
     let (cluster, oracle, client) = loaded_cluster(74);
-    let refused = slave_refuses_import(&cluster, &import_message(MAX_IMPORT_VECTORS + 1, |_| 0));
+    let over = import_message(MAX_IMPORT_VECTORS + 1, |_| 0);
+    let refused = slave_refuses_import(&cluster, &over);
     assert_names(
         &refused,
         MAX_IMPORT_VECTORS + 1,
         MAX_IMPORT_VECTORS,
         "vectors to import",
     );
+    // The master refuses as much before reading a vector (an import or a
+    // clear), and a delete of too many spans, as bad requests.
+    let [import, clear] = master_refuses(&cluster, &over);
+    let delete = on_runtime(async {
+        let master: master::Client = connect(&cluster.master_addr()).await;
+        let mut request = master.delete_request();
+        let mut spans = request.get().init_spans(MAX_DELETE_SPANS + 1);
+        for i in 0..=MAX_DELETE_SPANS {
+            spans.reborrow().get(i).set_first(u64::from(i));
+            spans.reborrow().get(i).set_last(u64::from(i));
+        }
+        let response = request.send().promise.await?;
+        match response.get()?.get_outcome()?.which()? {
+            update_outcome::Error(error) => told(error?),
+            update_outcome::Changed(_) => panic!("the master deleted over the bound"),
+        }
+    })
+    .unwrap();
+    for ((kind, message), what, most) in [
+        (import, "vectors to import", MAX_IMPORT_VECTORS),
+        (clear, "vectors to clear", MAX_IMPORT_VECTORS),
+        (delete, "spans to delete", MAX_DELETE_SPANS),
+    ] {
+        assert_eq!(kind, ErrorKind::BadQuery, "{message}");
+        assert_names(&message, most + 1, most, what);
+    }
+    // Nothing of them was applied: vectors 0 to 39 are all still there.
     still_answers(&cluster, &oracle, &client);
 }
 

@@ -207,6 +207,9 @@ pub(crate) const MAX_IMPORT_VECTORS: u32 = 1 << 18;
 /// The most parts in all the vectors of one import message.
 pub(crate) const MAX_IMPORT_PARTS: u32 = 1 << 20;
 
+/// The most vid spans one `delete` (DBMS to master) names.
+pub(crate) const MAX_DELETE_SPANS: u32 = 1 << 16;
+
 /// The most changes one update message (master to slave) carries: as many
 /// as an import's vectors. The master sends a larger update in pieces.
 pub(crate) const MAX_UPDATE_CHANGES: u32 = MAX_IMPORT_VECTORS;

@@ -16,6 +16,7 @@ impl Master {
         &self,
         vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
     ) -> Result<(), Failure> {
+        within(vectors.len(), wire::MAX_IMPORT_VECTORS, "vectors to import")?;
         let layout = self.layout();
         let slaves = layout.slaves().len();
         let mut by_owner: Vec<Vec<u32>> = vec![Vec::new(); slaves];
@@ -141,6 +142,14 @@ impl Master {
                 ))
             })
     }
+}
+
+/// Refuses a request of more `what` than `most` before reading any, as a
+/// `badQuery` naming the bound (docs/protocol.md §7, Limits): a list of
+/// empty structs costs its sender nothing an element, and the master's loop
+/// over it a little each.
+pub(super) fn within(len: u32, most: u32, what: &str) -> Result<(), Failure> {
+    wire::at_most(len, most, what).map_err(|e| Failure::new(ErrorKind::BadQuery, e.extra))
 }
 
 /// Whether `vector` of a request (an import or a clear) holds a bit, once

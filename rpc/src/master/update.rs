@@ -17,7 +17,7 @@ use capnp::message::{Builder, HeapAllocator};
 
 use super::Master;
 use super::copy::read_changed;
-use super::import::holds_bits;
+use super::import::{holds_bits, within};
 use super::journal::Pending;
 use super::reply::Failure;
 use crate::bitfold_capnp::{change, vid_span, vid_vector};
@@ -39,6 +39,7 @@ impl Master {
         &self,
         vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
     ) -> Result<u64, Failure> {
+        within(vectors.len(), wire::MAX_IMPORT_VECTORS, "vectors to clear")?;
         let mut chosen = Vec::new();
         for (i, vector) in vectors.iter().enumerate() {
             if holds_bits(vector)? && self.catalog.borrow().contains(vector.get_vid()) {
@@ -67,6 +68,7 @@ impl Master {
         &self,
         spans: capnp::struct_list::Reader<'_, vid_span::Owned>,
     ) -> Result<u64, Failure> {
+        within(spans.len(), wire::MAX_DELETE_SPANS, "spans to delete")?;
         let mut vids = BTreeSet::new();
         for span in spans.iter() {
             let (first, last) = (span.get_first(), span.get_last());
