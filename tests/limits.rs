@@ -8,7 +8,8 @@ use std::future::Future;
 use std::io::Write;
 
 use bitfold_rpc::bitfold_capnp::{
-    ErrorKind, error, gather_result, master, outcome, slave, update_outcome, vid_vector,
+    ErrorKind, PlanKind, error, gather_result, machine_vec_node, master, outcome, slave,
+    update_outcome, vid_vector,
 };
 use bitfold_rpc::client::Client;
 use capnp::capability::FromClientHook;
@@ -415,6 +416,55 @@ fn a_coordinate_or_gather_of_too_many_chains_is_refused() {
     });
     assert_names(&coordinate, MAX_CHAINS + 1, MAX_CHAINS, "chains");
     assert_names(&gather, MAX_CHAINS + 1, MAX_CHAINS, "terms");
+    still_answers(&cluster, &oracle, &client);
+}
+
+#[test]
+fn a_chain_of_nodes_that_take_no_words_is_refused() {
+    let (cluster, oracle, client) = loaded_cluster(79);
+    // A list of 2^26 empty nodes, in three words: Cap'n Proto copies a list
+    // of empty structs as it is, so the request carries it in as few.
+    const NODES: u64 = 1 << 26;
+    let mut words = Vec::new();
+    for word in [2 << 32, 1 | 7 << 32, NODES << 2] {
+        words.extend(u64::to_le_bytes(word));
+    }
+    let mut options = ReaderOptions::new();
+    options.traversal_limit_in_words(Some(MAX_MESSAGE_WORDS as usize));
+    let empty = capnp::serialize::read_message_from_flat_slice(&mut &words[..], options).unwrap();
+    let nodes: capnp::struct_list::Reader<'_, machine_vec_node::Owned> = empty.get_root().unwrap();
+    let (handle, chains, fan_out) = on_runtime(async {
+        let slave: slave::Client = connect(&cluster.slave_addrs[0]).await;
+        let mut request = slave.handle_request();
+        request.get().set_budget_micros(10_000_000);
+        request
+            .get()
+            .init_machines(1)
+            .get(0)
+            .set_addr(cluster.slave_addrs[0].as_str());
+        request.get().set_chain(nodes).unwrap();
+        let handle = refusal(request.send().promise.await, "the handle");
+        let mut refused = Vec::new();
+        for plan in [PlanKind::Chain, PlanKind::FanOut] {
+            let mut request = slave.coordinate_request();
+            request.get().set_budget_micros(10_000_000);
+            request.get().set_plan(plan);
+            request
+                .get()
+                .init_machines(1)
+                .get(0)
+                .set_addr(cluster.slave_addrs[0].as_str());
+            request.get().init_chains(1).set(0, nodes).unwrap();
+            refused.push(refusal(request.send().promise.await, "the coordinate"));
+        }
+        (handle, refused.remove(0), refused.remove(0))
+    });
+    for refused in [handle, chains, fan_out] {
+        assert!(
+            refused.contains(&format!("a chain of {NODES} nodes that take no words")),
+            "{refused}"
+        );
+    }
     still_answers(&cluster, &oracle, &client);
 }
 

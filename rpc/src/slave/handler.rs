@@ -234,10 +234,12 @@ pub(crate) async fn handle(
     let wire_parts = wire::read_partial(params.get_partial()?, &mut HoleBudget::per_message())?;
     let partial = wire::views(&wire_parts)?;
     let report = params.get_report().then_some(arrived);
+    let nodes = params.get_chain()?;
+    chain::check_nodes(nodes)?;
     let (step, own) = handle_hop(
         &slave,
         params.get_machines()?,
-        params.get_chain()?,
+        nodes,
         &partial,
         budget,
         &mut results,
