@@ -394,16 +394,7 @@ fn lowering_replicas_removes_more_surplus_copies_than_one_update_carries() {
     // deletes for one slave than one update message may carry (262,144).
     let cluster = Cluster::start(2, 2);
     let client = cluster.client();
-    let vectors: Vec<(u64, bitfold_engine::VectorBuf)> = (0..600_000u64)
-        .map(|vid| {
-            (
-                vid,
-                bitfold_engine::VectorBuf::from_bits(vec![vid as u32 % 4096]),
-            )
-        })
-        .collect();
-    let parts: Vec<_> = vectors.iter().map(|(vid, v)| (*vid, v.as_part())).collect();
-    client.import(&parts).unwrap();
+    crate::util::import_one_bit_each(&client, 600_000, 4096);
     cluster.write_cluster_file(2, 1);
     let run = cluster.cli(&["rebalance"]);
     assert!(run.status.success(), "{}", stderr(&run));

@@ -284,16 +284,7 @@ fn a_delete_of_more_vectors_than_one_update_message_holds_is_applied_whole() {
     // more changes than one update message may carry (262,144), sent in pieces.
     let cluster = Cluster::start(1, 1);
     let client = cluster.client();
-    let vectors: Vec<(u64, bitfold_engine::VectorBuf)> = (0..300_000u64)
-        .map(|vid| {
-            (
-                vid,
-                bitfold_engine::VectorBuf::from_bits(vec![vid as u32 % 1000]),
-            )
-        })
-        .collect();
-    let parts: Vec<_> = vectors.iter().map(|(vid, v)| (*vid, v.as_part())).collect();
-    client.import(&parts).unwrap();
+    crate::util::import_one_bit_each(&client, 300_000, 1000);
     assert_eq!(
         client.query("R:0-299999", Format::Count).unwrap(),
         Answer::Count(1000)

@@ -457,3 +457,19 @@ pub fn assert_answer(client: &Client, query: &str, expected: &BTreeSet<u32>) {
 /// The deterministic generator of test data: the same seed gives the same
 /// data on every run and machine.
 pub use bitfold_engine::mix::SplitMix64 as Rng;
+
+/// Imports vectors `0..count` through `client`, vector `v` holding the one
+/// bit `v % bits`: many small vectors, so a test reaches a bound on how
+/// many one message carries.
+pub fn import_one_bit_each(client: &Client, count: u64, bits: u32) {
+    let vectors: Vec<(u64, bitfold_engine::VectorBuf)> = (0..count)
+        .map(|vid| {
+            (
+                vid,
+                bitfold_engine::VectorBuf::from_bits(vec![vid as u32 % bits]),
+            )
+        })
+        .collect();
+    let parts: Vec<_> = vectors.iter().map(|(vid, v)| (*vid, v.as_part())).collect();
+    client.import(&parts).expect("the vectors import");
+}

@@ -2,7 +2,7 @@ use bitfold_rpc::bitfold_capnp::{change, vid_vector};
 use bitfold_rpc::fuzzing::{self, Change};
 use capnp::struct_list;
 
-use crate::wire::{build, check_vector, naive};
+use crate::wire::{build, check_vector, naive, u16s};
 
 /// The slave's decoding of an `update` request (master to slave). The
 /// first byte picks how `data` becomes a list of changes: even, vectors
@@ -123,15 +123,10 @@ fn check_update(changes: struct_list::Reader<'_, change::Owned>) {
 /// ascending keys (what a replace's parts put together must have), empty
 /// containers included: each part's dense and sparse keys, from its fields.
 fn key_disjoint(list: struct_list::Reader<'_, bitfold_rpc::bitfold_capnp::part::Owned>) -> bool {
-    let u16s = |bytes: capnp::Result<&[u8]>| -> Vec<u16> {
-        let bytes = bytes.unwrap_or_default();
-        let pairs = bytes.chunks_exact(2);
-        pairs.map(|b| u16::from_le_bytes([b[0], b[1]])).collect()
-    };
     let mut keys = Vec::new();
     for part in list.iter() {
-        let mut of_part = u16s(part.get_dense_keys());
-        of_part.extend(u16s(part.get_sparse_keys()));
+        let mut of_part = u16s(part.get_dense_keys().unwrap_or_default());
+        of_part.extend(u16s(part.get_sparse_keys().unwrap_or_default()));
         of_part.sort_unstable();
         keys.extend(of_part);
     }

@@ -119,15 +119,17 @@ fn check_import(vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>) {
     assert!(batch == want, "the parts an import hands the store");
 }
 
+/// The little-endian `u16`s of a field's bytes (a last odd byte left out).
+pub(crate) fn u16s(bytes: &[u8]) -> Vec<u16> {
+    let pairs = bytes.chunks_exact(2);
+    pairs.map(|b| u16::from_le_bytes([b[0], b[1]])).collect()
+}
+
 /// The bits of an accepted part, from its fields read byte by byte.
 pub(crate) fn naive(part: part::Reader<'_>) -> Vec<u32> {
     fn field(data: capnp::Result<&[u8]>) -> &[u8] {
         data.expect("an accepted part's fields read")
     }
-    let u16s = |bytes: &[u8]| -> Vec<u16> {
-        let pairs = bytes.chunks_exact(2);
-        pairs.map(|b| u16::from_le_bytes([b[0], b[1]])).collect()
-    };
     let ends = |bytes: &[u8]| -> Vec<usize> {
         let quads = bytes.chunks_exact(4);
         quads

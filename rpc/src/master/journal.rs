@@ -275,13 +275,7 @@ fn decode(body: &[u8]) -> capnp::Result<Builder<HeapAllocator>> {
     let reader = capnp::serialize::read_message_from_flat_slice(&mut &body[..], options)?;
     let root: pending_update::Reader<'_> = reader.get_root()?;
     let changes = root.get_changes()?;
-    if changes.len() as usize > body.len() / 8 {
-        return Err(capnp::Error::failed(format!(
-            "{} changes in a file of {} bytes",
-            changes.len(),
-            body.len()
-        )));
-    }
+    super::start::within_file(changes.len(), body.len(), "changes")?;
     for change in changes.iter() {
         if let change::Clear(list) | change::Replace(list) = change.which()? {
             crate::wire::at_most(list?.len(), crate::wire::MAX_PARTS, "parts of a vector")?;

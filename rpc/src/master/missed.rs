@@ -53,15 +53,7 @@ pub(super) fn read(
         let list = message
             .get_root::<missed_writes::Reader<'_>>()?
             .get_slaves()?;
-        // Each entry takes a word at least as the master writes it; a list
-        // of empty structs takes none, and would cost its count in memory.
-        if list.len() as usize > body.len() / 8 {
-            return Err(capnp::Error::failed(format!(
-                "{} slaves in a file of {} bytes",
-                list.len(),
-                body.len()
-            )));
-        }
+        super::start::within_file(list.len(), body.len(), "slaves")?;
         for by in list.iter() {
             let name = by.get_name()?.to_str()?;
             if let Some(index) = slaves.iter().position(|s| s.name == name) {

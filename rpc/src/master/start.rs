@@ -49,6 +49,19 @@ pub(super) fn read(catalog: &Catalog, file: &ClusterConfig) -> Result<Records, S
     })
 }
 
+/// Refuses a record's list of `len` `what`s in a file of `bytes`: more than
+/// the file has words. Each entry the master writes takes a word at least; a
+/// list of empty structs takes none, and reading it would cost memory in
+/// proportion to a count no byte of the file paid for.
+pub(super) fn within_file(len: u32, bytes: usize, what: &str) -> capnp::Result<()> {
+    if len as usize > bytes / 8 {
+        return Err(capnp::Error::failed(format!(
+            "{len} {what} in a file of {bytes} bytes"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(feature = "fuzzing")]
 pub use fuzzing::{Started, restart};
 
