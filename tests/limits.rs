@@ -461,7 +461,7 @@ fn a_chain_of_nodes_that_take_no_words_is_refused() {
     });
     for refused in [handle, chains, fan_out] {
         assert!(
-            refused.contains(&format!("a chain of {NODES} nodes that take no words")),
+            refused.contains(&format!("a list of {NODES} chain nodes that take no words")),
             "{refused}"
         );
     }

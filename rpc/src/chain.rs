@@ -15,23 +15,6 @@ pub(crate) struct Node {
     pub(crate) run: VidRun,
 }
 
-/// Refuses a chain whose nodes take no words. Every node bitfold writes
-/// takes two; a list of empty structs costs its sender nothing a node
-/// (Cap'n Proto only counts each against the traversal limit), while a
-/// slave reading it keeps 16 to 24 bytes a node: a few bytes could make it
-/// allocate gigabytes (docs/protocol.md §7, Limits).
-pub(crate) fn check_nodes(
-    nodes: capnp::struct_list::Reader<'_, machine_vec_node::Owned>,
-) -> capnp::Result<()> {
-    if !nodes.is_empty() && nodes.get(0).total_size()?.word_count == 0 {
-        return Err(capnp::Error::failed(format!(
-            "a chain of {} nodes that take no words: each names a machine and a vid",
-            nodes.len()
-        )));
-    }
-    Ok(())
-}
-
 /// The most vids one node names: its `more` is a `UInt32`.
 const NODE_MAX_VIDS: u64 = u32::MAX as u64 + 1;
 

@@ -78,8 +78,9 @@ impl Hop {
     }
 }
 
-/// Reads every hop of `list`.
+/// Reads every hop of `list`, refusing a list of hops that take no words.
 pub(crate) fn read_all(list: HopList<'_>) -> capnp::Result<Vec<Hop>> {
+    crate::wire::check_sized(list, "hops")?;
     list.iter().map(Hop::read).collect()
 }
 
@@ -103,4 +104,30 @@ pub(crate) fn planned_bytes(parts: &[PlannedPart]) -> u64 {
                 + size_of_val(p.sparse_values())) as u64
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hops_read_back_as_written_and_a_list_of_empty_hops_is_refused() {
+        let hops = [
+            Hop::ending_now(2, HopKind::Handle, Instant::now(), 64, 8192, 1024),
+            Hop::ending_now(0, HopKind::And, Instant::now(), 0, 2048, 8),
+        ];
+        let mut message = capnp::message::Builder::new_default();
+        write_all(
+            message.initn_root::<capnp::struct_list::Builder<'_, hop::Owned>>(2),
+            &hops,
+        );
+        assert_eq!(
+            read_all(message.get_root_as_reader().unwrap()).unwrap(),
+            hops
+        );
+        // 24 bytes that would read as 2^27 - 16 hops of 48 bytes each.
+        let empty = crate::wire::empty_structs((1 << 27) - 16);
+        let refused = read_all(empty.get_root().unwrap()).unwrap_err().to_string();
+        assert!(refused.contains("hops that take no words"), "{refused}");
+    }
 }

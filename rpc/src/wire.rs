@@ -25,6 +25,7 @@ use bitfold_engine::{CONTAINER_WORDS, ContainerRef, MalformedPart, PART_MAX_DENS
 use bytemuck::Pod;
 
 use capnp::struct_list;
+use capnp::traits::IntoInternalStructReader;
 
 use crate::bitfold_capnp::{change, part};
 use crate::net::MAX_MESSAGE_WORDS;
@@ -244,6 +245,30 @@ pub(crate) fn at_most(len: u32, most: u32, what: &str) -> capnp::Result<()> {
     if len > most {
         return Err(capnp::Error::failed(format!(
             "{len} {what} in one message, more than the {most} allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a list of `what` whose elements take no words, before it is
+/// read. Every struct bitfold writes takes at least one; a list of empty
+/// structs costs its sender nothing an element (Cap'n Proto only counts
+/// each against the traversal limit, up to 2^27 of them in a message),
+/// while reading one into a `Vec` keeps 16 to 72 bytes an element: a few
+/// bytes could make the reader allocate gigabytes (docs/protocol.md §7,
+/// Limits). Every element of a list has the first one's size.
+pub(crate) fn check_sized<'a, T>(list: struct_list::Reader<'a, T>, what: &str) -> capnp::Result<()>
+where
+    T: capnp::traits::OwnedStruct,
+    T::Reader<'a>: IntoInternalStructReader<'a>,
+{
+    let Some(first) = list.try_get(0) else {
+        return Ok(());
+    };
+    if first.into_internal_struct_reader().total_size()?.word_count == 0 {
+        return Err(capnp::Error::failed(format!(
+            "a list of {} {what} that take no words",
+            list.len()
         )));
     }
     Ok(())
@@ -706,6 +731,18 @@ pub(crate) fn pieces<'a>(part: &VectorPart<'a>) -> Vec<VectorPart<'a>> {
     pieces
 }
 
+/// A message of 24 bytes whose root is a list of `count` structs that take
+/// no words: what a peer could send to make a reader allocate for each.
+#[cfg(test)]
+pub(crate) fn empty_structs(count: u64) -> capnp::message::Reader<capnp::serialize::OwnedSegments> {
+    let mut bytes = Vec::new();
+    for word in [2 << 32, 1 | 7 << 32, count << 2] {
+        bytes.extend(u64::to_le_bytes(word));
+    }
+    capnp::serialize::read_message(&bytes[..], crate::net::reader_options())
+        .expect("a list of empty structs reads")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -723,15 +760,7 @@ mod tests {
         // 24 bytes: a list of 2^27 - 16 changes of no words each, which a
         // slave once copied and expanded into 19 GB before applying.
         let count: u64 = (1 << 27) - 16;
-        let mut bytes = Vec::new();
-        for word in [2 << 32, 1 | 7 << 32, count << 2] {
-            bytes.extend(u64::to_le_bytes(word));
-        }
-        let amplified = capnp::serialize::read_message_from_flat_slice(
-            &mut &bytes[..],
-            crate::net::reader_options(),
-        )
-        .unwrap();
+        let amplified = empty_structs(count);
         assert!(refusal(&amplified).contains(&format!(
             "{count} changes in one message, more than the 262144 allowed"
         )));
@@ -761,6 +790,23 @@ mod tests {
             list.reborrow().get(i).init_clear(MAX_PARTS);
         }
         check_changes(within.get_root_as_reader().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_list_of_structs_that_take_no_words_is_refused_and_others_are_not() {
+        let empty = empty_structs(1 << 26);
+        let parts: PartList<'_> = empty.get_root().unwrap();
+        let refused = check_sized(parts, "parts").unwrap_err().to_string();
+        assert!(
+            refused.contains("a list of 67108864 parts that take no words"),
+            "{refused}"
+        );
+        let none = empty_structs(0);
+        check_sized(none.get_root::<PartList<'_>>().unwrap(), "parts").unwrap();
+        // A part with nothing set still takes its nine pointers' words.
+        let mut blank = capnp::message::Builder::new_default();
+        blank.initn_root::<struct_list::Builder<'_, part::Owned>>(3);
+        check_sized::<part::Owned>(blank.get_root_as_reader().unwrap(), "parts").unwrap();
     }
 
     fn round_trip(part: &VectorPart<'_>) -> Vec<u32> {

@@ -324,6 +324,7 @@ impl Link {
         let response = request.send().promise.await.map_err(|e| self.lost(e))?;
         let slaves = (|| -> capnp::Result<Vec<SlaveStatus>> {
             let list = response.get()?.get_slaves()?;
+            crate::wire::check_sized(list, "slaves")?;
             list.iter()
                 .map(|s| {
                     let millis = s.get_since_unix_millis();

@@ -233,7 +233,9 @@ impl Master {
             trace.hops(reported, layout.clone());
         }
         let reason = match answer {
-            Ok(response) => match coordinator_failures(&response) {
+            Ok(response) => match (response.get().and_then(|r| r.get_result()))
+                .and_then(|result| coordinator_failures(result, slaves as u32))
+            {
                 Ok(failures) if failures.is_empty() => {
                     return Ok(Attempt::Found(Found::Range(response)));
                 }
@@ -400,11 +402,18 @@ fn failed_names(machines: &[FailedMachine]) -> String {
     format!("failed: {}", names.join("; "))
 }
 
+/// The machines a coordinator reports failed: at most the `slaves` of the
+/// query's machine table.
 fn coordinator_failures(
-    response: &Response<slave::coordinate_results::Owned>,
+    result: coordinate_result::Reader<'_>,
+    slaves: u32,
 ) -> capnp::Result<Vec<FailedMachine>> {
-    match response.get()?.get_result()?.which()? {
-        coordinate_result::FailedMachines(list) => list?.iter().map(FailedMachine::read).collect(),
+    match result.which()? {
+        coordinate_result::FailedMachines(list) => {
+            let list = list?;
+            crate::wire::at_most(list.len(), slaves, "failed machines")?;
+            list.iter().map(FailedMachine::read).collect()
+        }
         coordinate_result::Vector(_) | coordinate_result::Count(_) => Ok(Vec::new()),
     }
 }
@@ -414,4 +423,49 @@ fn fetch_found(response: &Response<slave::fetch_results::Owned>) -> capnp::Resul
         response.get()?.get_result()?.which()?,
         fetch_result::NotFound(())
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A coordinator's result naming `count` failed machines `s0`, `s1`, ...
+    fn failed(count: u32) -> capnp::message::Builder<capnp::message::HeapAllocator> {
+        let mut message = capnp::message::Builder::new_default();
+        let result = message.init_root::<coordinate_result::Builder<'_>>();
+        let mut list = result.init_failed_machines(count);
+        for i in 0..count {
+            let mut machine = list.reborrow().get(i);
+            machine.set_name(format!("s{i}").as_str());
+            machine.set_reason("connection refused");
+        }
+        message
+    }
+
+    #[test]
+    fn a_coordinator_names_at_most_every_slave_as_failed() {
+        let two = failed(2);
+        let read = coordinator_failures(two.get_root_as_reader().unwrap(), 4).unwrap();
+        let names: Vec<&str> = read.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["s0", "s1"]);
+        let five = failed(5);
+        let refused = coordinator_failures(five.get_root_as_reader().unwrap(), 4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("5 failed machines in one message, more than the 4 allowed"),
+            "{refused}"
+        );
+        // 24 bytes that would read as 2^27 - 16 failures of 72 bytes each.
+        let empty = crate::wire::empty_structs((1 << 27) - 16);
+        let mut message = capnp::message::Builder::new_default();
+        message
+            .init_root::<coordinate_result::Builder<'_>>()
+            .set_failed_machines(empty.get_root().unwrap())
+            .unwrap();
+        let refused = coordinator_failures(message.get_root_as_reader().unwrap(), 4)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("134217712 failed machines"), "{refused}");
+    }
 }

@@ -16,7 +16,7 @@ use capnp::capability::Response;
 
 use crate::bitfold_capnp::{HopKind, PlanKind, Want, query_return_value, slave};
 use crate::budget::Budget;
-use crate::chain::{self, Node};
+use crate::chain::Node;
 use crate::hop::{self, Hop};
 use crate::wire::{self, HoleBudget, WirePart};
 
@@ -200,7 +200,7 @@ pub(crate) async fn coordinate(
     let chains = params.get_chains()?;
     wire::at_most(chains.len(), wire::MAX_CHAINS, "chains")?;
     for nodes in chains.iter() {
-        chain::check_nodes(nodes?)?;
+        wire::check_sized(nodes?, "chain nodes")?;
     }
     if params.get_plan()? == PlanKind::FanOut {
         let chains = chains

@@ -235,7 +235,7 @@ pub(crate) async fn handle(
     let partial = wire::views(&wire_parts)?;
     let report = params.get_report().then_some(arrived);
     let nodes = params.get_chain()?;
-    chain::check_nodes(nodes)?;
+    wire::check_sized(nodes, "chain nodes")?;
     let (step, own) = handle_hop(
         &slave,
         params.get_machines()?,

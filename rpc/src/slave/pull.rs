@@ -130,6 +130,15 @@ fn read_copies(copies: fetched_copies::Reader<'_>, asked: &[u64]) -> capnp::Resu
     }
     let found = copies.get_vectors()?;
     let missing = wire::vids(copies.get_missing()?)?;
+    // Counted before any is read: a list of empty vectors costs its sender
+    // nothing a vector, and each read one takes memory here.
+    if u64::from(found.len()) + missing.len() as u64 != u64::from(answered) {
+        return Err(wire::failed(format!(
+            "it answered {answered} of the vids asked with {} vectors and {} missing",
+            found.len(),
+            missing.len()
+        )));
+    }
     let mut vectors = Vec::with_capacity(found.len() as usize + missing.len());
     for vector in found.iter() {
         let parts = wire::read_parts(vector.get_parts()?)?;
@@ -212,5 +221,20 @@ mod tests {
             let err = refused(message).expect("a wrong reply was accepted");
             assert!(err.contains("vids asked"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_reply_of_more_vectors_than_it_answered_is_refused_before_they_are_read() {
+        // 2^26 empty vectors, which would take 2.7 GB read, for one vid.
+        let empty = wire::empty_structs(1 << 26);
+        let mut message = reply(1, &[], &[]);
+        let mut copies = message.get_root::<fetched_copies::Builder<'_>>().unwrap();
+        copies.set_vectors(empty.get_root().unwrap()).unwrap();
+        let err = read(&message, &[5]).err().expect("the reply was accepted");
+        assert!(
+            err.to_string()
+                .contains("answered 1 of the vids asked with 67108864 vectors and 0 missing"),
+            "{err}"
+        );
     }
 }
