@@ -12,6 +12,7 @@ mod master;
 mod pairs;
 mod portable;
 mod query;
+mod reply;
 mod store;
 mod update;
 mod wire;
@@ -22,6 +23,7 @@ pub use master::master;
 pub use pairs::pairs;
 pub use portable::portable;
 pub use query::query;
+pub use reply::reply;
 pub use store::store;
 pub use update::update;
 pub use wire::wire;
@@ -31,7 +33,7 @@ pub type Target = fn(data: &[u8]);
 
 /// Every target by name, as `fuzz/fuzz_targets/<name>.rs` and
 /// `fuzz/regressions/<name>/` name it.
-pub const TARGETS: [(&str, Target); 9] = [
+pub const TARGETS: [(&str, Target); 10] = [
     ("query", query),
     ("portable", portable),
     ("pairs", pairs),
@@ -41,4 +43,5 @@ pub const TARGETS: [(&str, Target); 9] = [
     ("index", index),
     ("master", master),
     ("update", update),
+    ("reply", reply),
 ];

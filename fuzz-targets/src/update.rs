@@ -120,13 +120,17 @@ fn check_update(changes: struct_list::Reader<'_, change::Owned>) {
 }
 
 /// Whether the containers of `list`'s parts, in order, have strictly
-/// ascending keys (what a replace's parts put together must have), empty
-/// containers included: each part's dense and sparse keys, from its fields.
-fn key_disjoint(list: struct_list::Reader<'_, bitfold_rpc::bitfold_capnp::part::Owned>) -> bool {
+/// ascending keys (what a replace's or a copy's parts put together must
+/// have), empty containers included: each part's dense, sparse and full
+/// keys, from its fields.
+pub(crate) fn key_disjoint(
+    list: struct_list::Reader<'_, bitfold_rpc::bitfold_capnp::part::Owned>,
+) -> bool {
     let mut keys = Vec::new();
     for part in list.iter() {
         let mut of_part = u16s(part.get_dense_keys().unwrap_or_default());
         of_part.extend(u16s(part.get_sparse_keys().unwrap_or_default()));
+        of_part.extend(u16s(part.get_full_keys().unwrap_or_default()));
         of_part.sort_unstable();
         keys.extend(of_part);
     }

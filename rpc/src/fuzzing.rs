@@ -10,6 +10,10 @@
 //!
 //! And a master's start without a network ([`master_restart`]): what it
 //! reads from its data directory and the cluster file before it serves.
+//!
+//! And the replies one process reads from another: hop reports ([`hops`]),
+//! a coordinator's failed machines ([`coordinator_failures`]), a
+//! `fetchMany` reply's copies ([`fetched_copies()`]).
 
 use std::ops::Deref;
 
@@ -18,7 +22,7 @@ use capnp::Word;
 use capnp::message::{Reader, ReaderSegments};
 use capnp::serialize::BufferSegments;
 
-use crate::bitfold_capnp::{part, vid_vector};
+use crate::bitfold_capnp::{coordinate_result, fetched_copies, hop, part, vid_vector};
 use crate::slave::ChangeView;
 use crate::wire;
 
@@ -168,4 +172,58 @@ pub fn import(
         .iter()
         .map(|(vid, part)| (*vid, part.bits().collect()))
         .collect())
+}
+
+/// A reply's hop reports as a slave or the master reads them: each hop's
+/// machine, kind (0 handle, 1 gather, 2 and), term, vids, bytes read,
+/// bytes sent and micros.
+pub fn hops(list: capnp::struct_list::Reader<'_, hop::Owned>) -> capnp::Result<Vec<[u64; 7]>> {
+    Ok(crate::hop::read_all(list)?
+        .iter()
+        .map(|h| {
+            [
+                u64::from(h.machine),
+                h.kind as u64,
+                u64::from(h.term),
+                h.vids,
+                h.read_bytes,
+                h.sent_bytes,
+                h.micros,
+            ]
+        })
+        .collect())
+}
+
+/// The machines a coordinator's result names failed, as the master reads
+/// it for a query whose machine table holds `slaves`: each one's name,
+/// address and reason (none for an answer).
+pub fn coordinator_failures(
+    result: coordinate_result::Reader<'_>,
+    slaves: u32,
+) -> capnp::Result<Vec<[String; 3]>> {
+    Ok(crate::master::coordinator_failures(result, slaves)?
+        .into_iter()
+        .map(|f| [f.name, f.addr, f.reason])
+        .collect())
+}
+
+/// A vid a `fetchMany` reply answered, with its set bits ascending, or
+/// `None` where the source does not hold it.
+pub type Copied = (u64, Option<Vec<u32>>);
+
+/// A `fetchMany` reply as the slave that pulls the vids `asked` reads it:
+/// how many vids it answered, and each vid answered with its set bits
+/// ascending, or `None` where the source does not hold it (the vectors
+/// sent in their order, then the vids missing).
+pub fn fetched_copies(
+    copies: fetched_copies::Reader<'_>,
+    asked: &[u64],
+) -> capnp::Result<(u32, Vec<Copied>)> {
+    let read = crate::slave::read_copies(copies, asked)?;
+    let vectors = read
+        .vectors
+        .iter()
+        .map(|(vid, vector)| (*vid, vector.as_ref().map(|v| v.as_part().bits().collect())))
+        .collect();
+    Ok((read.answered, vectors))
 }

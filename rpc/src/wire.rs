@@ -265,7 +265,9 @@ where
     let Some(first) = list.try_get(0) else {
         return Ok(());
     };
-    if first.into_internal_struct_reader().total_size()?.word_count == 0 {
+    // A size that does not read comes of a pointer, which takes a word.
+    let size = first.into_internal_struct_reader().total_size();
+    if size.is_ok_and(|size| size.word_count == 0) {
         return Err(capnp::Error::failed(format!(
             "a list of {} {what} that take no words",
             list.len()

@@ -404,7 +404,7 @@ fn failed_names(machines: &[FailedMachine]) -> String {
 
 /// The machines a coordinator reports failed: at most the `slaves` of the
 /// query's machine table.
-fn coordinator_failures(
+pub(crate) fn coordinator_failures(
     result: coordinate_result::Reader<'_>,
     slaves: u32,
 ) -> capnp::Result<Vec<FailedMachine>> {

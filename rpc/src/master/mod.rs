@@ -29,6 +29,9 @@ mod refill;
 mod reply;
 mod slaves;
 pub(crate) mod start;
+
+#[cfg(feature = "fuzzing")]
+pub(crate) use answer::coordinator_failures;
 mod trace;
 mod update;
 

@@ -17,6 +17,9 @@ pub(crate) mod fan_out;
 pub(crate) mod fetch_many;
 pub(crate) mod handler;
 mod pull;
+
+#[cfg(feature = "fuzzing")]
+pub(crate) use pull::read_copies;
 pub(crate) mod term_union;
 
 use std::cell::Cell;

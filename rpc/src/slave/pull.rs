@@ -20,9 +20,12 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 /// What a source answered, copied out of its reply so that another thread
 /// can store it: each vid fetched, with its vector, or `None` where the
 /// source does not hold it (deleted here).
-struct Copies {
-    answered: u32,
-    vectors: Vec<(u64, Option<VectorBuf>)>,
+pub(crate) struct Copies {
+    /// How many of the vids asked the source answered (the first ones).
+    pub(crate) answered: u32,
+    /// Each vid answered, with its vector or `None`: the vectors sent in
+    /// their order, then the vids missing.
+    pub(crate) vectors: Vec<(u64, Option<VectorBuf>)>,
 }
 
 /// `Slave.pull`.
@@ -120,7 +123,10 @@ async fn in_background<T: Send + 'static>(
 /// The copies of a `fetchMany` reply to the vids `asked`, checked as an
 /// import is (bounds, parts that read as a vector) and against what was
 /// asked.
-fn read_copies(copies: fetched_copies::Reader<'_>, asked: &[u64]) -> capnp::Result<Copies> {
+pub(crate) fn read_copies(
+    copies: fetched_copies::Reader<'_>,
+    asked: &[u64],
+) -> capnp::Result<Copies> {
     let answered = copies.get_answered();
     if answered == 0 || answered as usize > asked.len() {
         return Err(wire::failed(format!(
