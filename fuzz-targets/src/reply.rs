@@ -113,7 +113,7 @@ fn check_failures(result: coordinate_result::Reader<'_>, slaves: u32) {
 
 /// A reply is taken only if it answers the first `answered` vids asked, each
 /// once, as a vector or as missing, and each vector's parts read as an
-/// import's would (no hole keys) with keys ascending across its parts; the
+/// import's would (no hole or full keys) with keys ascending across its parts; the
 /// vectors then hold the bits of a naive decoding. A refused reply breaks
 /// one of those rules.
 fn check_copies(copies: fetched_copies::Reader<'_>, asked: &[u64]) {
@@ -180,13 +180,14 @@ fn check_copies(copies: fetched_copies::Reader<'_>, asked: &[u64]) {
     }
 }
 
-/// Whether `parts` (each of which reads) holds no hole keys and its
-/// containers' keys ascend strictly across parts.
+/// Whether `parts` (each of which reads) holds neither hole keys nor full
+/// keys and its containers' keys ascend strictly across parts.
 fn importable(parts: struct_list::Reader<'_, part::Owned>) -> bool {
-    let holes = parts
-        .iter()
-        .any(|part| part.get_hole_keys().is_ok_and(|k| !k.is_empty()));
-    !holes && key_disjoint(parts)
+    let partial_only = parts.iter().any(|part| {
+        part.get_hole_keys().is_ok_and(|k| !k.is_empty())
+            || part.get_full_keys().is_ok_and(|k| !k.is_empty())
+    });
+    !partial_only && key_disjoint(parts)
 }
 
 #[cfg(test)]

@@ -147,8 +147,14 @@ pub(crate) fn read_copies(
     }
     let mut vectors = Vec::with_capacity(found.len() as usize + missing.len());
     for vector in found.iter() {
+        // As an import's: no full keys, which a source never writes (its
+        // copies are stored vectors) and each of which, two bytes sent,
+        // would take 8 KiB here.
         let parts = wire::read_parts(vector.get_parts()?)?;
-        let views = wire::views(&parts)?;
+        let views = parts
+            .iter()
+            .map(|part| part.view().map_err(wire::failed))
+            .collect::<capnp::Result<Vec<_>>>()?;
         vectors.push((vector.get_vid(), Some(concatenate(&views)?)));
     }
     vectors.extend(missing.iter().map(|&vid| (vid, None)));
@@ -227,6 +233,19 @@ mod tests {
             let err = refused(message).expect("a wrong reply was accepted");
             assert!(err.contains("vids asked"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_copy_with_full_keys_is_refused() {
+        // 65,536 full keys, 128 KiB sent, would be 512 MiB of words here.
+        let mut message = reply(1, &[5], &[]);
+        let copies = message.get_root::<fetched_copies::Builder<'_>>().unwrap();
+        let keys: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
+        let mut vector = copies.get_vectors().unwrap().get(0);
+        vector.set_vid(5);
+        vector.init_parts(1).get(0).set_full_keys(&keys);
+        let err = read(&message, &[5]).err().expect("full keys were accepted");
+        assert!(err.to_string().contains("full keys"), "{err}");
     }
 
     #[test]
