@@ -366,6 +366,16 @@ pub(crate) fn views<'p>(parts: &'p [WirePart<'_>]) -> capnp::Result<Vec<VectorPa
     Ok(views)
 }
 
+/// The validated views of `parts`, a stored vector's (an import's, a
+/// change's, a copy's): full and hole keys, which only partial results and
+/// term vectors carry, are refused.
+pub(crate) fn stored_views<'p>(parts: &'p [WirePart<'_>]) -> capnp::Result<Vec<VectorPart<'p>>> {
+    parts
+        .iter()
+        .map(|part| part.view().map_err(failed))
+        .collect()
+}
+
 /// Reads term vectors as terms, refusing parts that overlap or are out of key order.
 pub(crate) fn terms<'t, 'a>(parts: &'t [Vec<VectorPart<'a>>]) -> capnp::Result<Vec<Term<'t, 'a>>> {
     parts.iter().map(|p| Term::new(p).map_err(failed)).collect()

@@ -233,8 +233,9 @@ impl Master {
             trace.hops(reported, layout.clone());
         }
         let reason = match answer {
-            Ok(response) => match (response.get().and_then(|r| r.get_result()))
-                .and_then(|result| coordinator_failures(result, slaves as u32))
+            Ok(response) => match response
+                .get()
+                .and_then(|r| coordinator_failures(r.get_result()?, slaves as u32))
             {
                 Ok(failures) if failures.is_empty() => {
                     return Ok(Attempt::Found(Found::Range(response)));

@@ -29,11 +29,11 @@ mod refill;
 mod reply;
 mod slaves;
 pub(crate) mod start;
+mod trace;
+mod update;
 
 #[cfg(feature = "fuzzing")]
 pub(crate) use answer::coordinator_failures;
-mod trace;
-mod update;
 
 pub use options::MasterOptions;
 pub use plan::{CoordinatorPolicy, PlanChoice};

@@ -17,10 +17,10 @@ pub(crate) mod fan_out;
 pub(crate) mod fetch_many;
 pub(crate) mod handler;
 mod pull;
+pub(crate) mod term_union;
 
 #[cfg(feature = "fuzzing")]
 pub(crate) use pull::read_copies;
-pub(crate) mod term_union;
 
 use std::cell::Cell;
 use std::future::Future;
@@ -468,11 +468,7 @@ pub(crate) enum ChangeView<'p> {
 pub(crate) fn change_views<'p>(read: &'p [ChangeParts<'_>]) -> capnp::Result<Vec<ChangeView<'p>>> {
     read.iter()
         .map(|change| {
-            let views = change
-                .parts
-                .iter()
-                .map(|part| part.view().map_err(wire::failed))
-                .collect::<capnp::Result<Vec<_>>>()?;
+            let views = wire::stored_views(&change.parts)?;
             Ok(match change.kind {
                 ChangeKind::Clear => ChangeView::Clear(change.vid, views),
                 ChangeKind::Delete => ChangeView::Delete(change.vid),

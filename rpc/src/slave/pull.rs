@@ -151,10 +151,7 @@ pub(crate) fn read_copies(
         // copies are stored vectors) and each of which, two bytes sent,
         // would take 8 KiB here.
         let parts = wire::read_parts(vector.get_parts()?)?;
-        let views = parts
-            .iter()
-            .map(|part| part.view().map_err(wire::failed))
-            .collect::<capnp::Result<Vec<_>>>()?;
+        let views = wire::stored_views(&parts)?;
         vectors.push((vector.get_vid(), Some(concatenate(&views)?)));
     }
     vectors.extend(missing.iter().map(|&vid| (vid, None)));
