@@ -269,22 +269,74 @@ fn a_vector_of_too_many_parts_is_refused_by_slave_and_master_as_a_bad_request() 
     assert_answer(&client, "R:0", &oracle.range(&[(0, 0)]));
 }
 
+#[test]
+fn an_import_with_full_keys_is_refused_by_the_master_before_any_slave_stores_it() {
+    let (cluster, oracle, client) = loaded_cluster(74);
+    // Vector 0 sets a bit it lacks; vector 1 says its first container is
+    // full the way only a partial result may (a stored vector has none).
+    let held = oracle.range(&[(0, 0)]);
+    let new_bit = (0u32..1 << 16).find(|b| !held.contains(b)).unwrap();
+    let mut message = capnp::message::Builder::new_default();
+    let mut list: capnp::struct_list::Builder<'_, vid_vector::Owned> = message.initn_root(2);
+    let mut first = list.reborrow().get(0);
+    first.set_vid(0);
+    let mut part = first.init_parts(1).get(0);
+    part.set_sparse_keys(&0u16.to_le_bytes());
+    part.set_sparse_ends(&1u32.to_le_bytes());
+    part.set_sparse_values(&(new_bit as u16).to_le_bytes());
+    let mut second = list.reborrow().get(1);
+    second.set_vid(1);
+    second
+        .init_parts(1)
+        .get(0)
+        .set_full_keys(&0u16.to_le_bytes());
+
+    // Once, the master sent it on, and the owner of vector 1 refused it:
+    // the master took that slave for down and answered no query of its
+    // vectors until a probe found it up again.
+    let [import, clear] = master_refuses(&cluster, &message);
+    for (kind, message) in [import, clear] {
+        assert_eq!(kind, ErrorKind::BadQuery, "{message}");
+        assert!(
+            message.starts_with("vector 1 is malformed: ") && message.contains("full keys"),
+            "{message}"
+        );
+    }
+    // Neither vector reached a slave: vector 0 lacks the bit still, and
+    // every slave answers.
+    still_answers(&cluster, &oracle, &client);
+    assert_answer(&client, "R:0", &oracle.range(&[(0, 0)]));
+}
+
+/// Sends `vectors` to the master as an import; the kind and text of the
+/// error it answered (it must refuse it).
+fn master_refuses_import(
+    cluster: &Cluster,
+    vectors: &capnp::message::Builder<capnp::message::HeapAllocator>,
+) -> (ErrorKind, String) {
+    on_runtime(async {
+        let master: master::Client = connect(&cluster.master_addr()).await;
+        let mut request = master.import_request();
+        request.get().set_vectors(vectors.get_root_as_reader()?)?;
+        let response = request.send().promise.await?;
+        match response.get()?.get_outcome()?.which()? {
+            outcome::Error(error) => told(error?),
+            outcome::Ok(()) => panic!("the master imported what it must refuse"),
+        }
+    })
+    .unwrap()
+}
+
 /// Sends `vectors` to the master as an import, then as a clear; the kind
 /// and text of the error it answered each (it must refuse both).
 fn master_refuses(
     cluster: &Cluster,
     vectors: &capnp::message::Builder<capnp::message::HeapAllocator>,
 ) -> [(ErrorKind, String); 2] {
+    let import = master_refuses_import(cluster, vectors);
     on_runtime(async {
         let master: master::Client = connect(&cluster.master_addr()).await;
         let vectors = vectors.get_root_as_reader()?;
-        let mut request = master.import_request();
-        request.get().set_vectors(vectors)?;
-        let response = request.send().promise.await?;
-        let import = match response.get()?.get_outcome()?.which()? {
-            outcome::Error(error) => told(error?)?,
-            outcome::Ok(()) => panic!("the master imported what it must refuse"),
-        };
         let mut request = master.clear_request();
         request.get().set_vectors(vectors)?;
         let response = request.send().promise.await?;
@@ -352,6 +404,31 @@ fn an_import_of_too_many_parts_in_all_is_refused() {
     let refused = slave_refuses_import(&cluster, &over);
     assert_names(
         &refused,
+        MAX_IMPORT_PARTS + 1,
+        MAX_IMPORT_PARTS,
+        "parts of vectors to import",
+    );
+    still_answers(&cluster, &oracle, &client);
+
+    // The same through the master, each vector's first part now holding
+    // bits its vector lacks: refused before any slave is sent any of it (a
+    // master that sent it on took the slaves' refusal for their failure).
+    let mut over = over;
+    let mut list = over
+        .get_root::<capnp::struct_list::Builder<'_, vid_vector::Owned>>()
+        .unwrap();
+    for i in 0..vectors {
+        let mut part = list.reborrow().get(i).get_parts().unwrap().get(0);
+        part.set_sparse_keys(&0u16.to_le_bytes());
+        part.set_sparse_ends(&1u32.to_le_bytes());
+        let held = oracle.range(&[(u64::from(i), u64::from(i))]);
+        let new_bit = (0u32..1 << 16).find(|b| !held.contains(b)).unwrap();
+        part.set_sparse_values(&(new_bit as u16).to_le_bytes());
+    }
+    let (kind, message) = master_refuses_import(&cluster, &over);
+    assert_eq!(kind, ErrorKind::BadQuery, "{message}");
+    assert_names(
+        &message,
         MAX_IMPORT_PARTS + 1,
         MAX_IMPORT_PARTS,
         "parts of vectors to import",

@@ -27,7 +27,7 @@ use bytemuck::Pod;
 use capnp::struct_list;
 use capnp::traits::IntoInternalStructReader;
 
-use crate::bitfold_capnp::{change, part};
+use crate::bitfold_capnp::{change, part, vid_vector};
 use crate::net::MAX_MESSAGE_WORDS;
 
 const _: () = assert!(
@@ -274,6 +274,22 @@ where
         )));
     }
     Ok(())
+}
+
+/// Refuses an import's `vectors` over its bounds before any part is read:
+/// more than [`MAX_IMPORT_VECTORS`] vectors or more than
+/// [`MAX_IMPORT_PARTS`] parts in all of them. A slave checks it of what it
+/// is sent, and the master of what a client sends, before it sends any of
+/// it on.
+pub(crate) fn check_import(
+    vectors: struct_list::Reader<'_, vid_vector::Owned>,
+) -> capnp::Result<()> {
+    at_most(vectors.len(), MAX_IMPORT_VECTORS, "vectors to import")?;
+    let mut parts = 0u32;
+    for vector in vectors.iter() {
+        parts = parts.saturating_add(vector.get_parts()?.len());
+    }
+    at_most(parts, MAX_IMPORT_PARTS, "parts of vectors to import")
 }
 
 /// Refuses an update's `changes` over its bounds before any of them is

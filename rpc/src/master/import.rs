@@ -16,7 +16,7 @@ impl Master {
         &self,
         vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
     ) -> Result<(), Failure> {
-        within(vectors.len(), wire::MAX_IMPORT_VECTORS, "vectors to import")?;
+        wire::check_import(vectors).map_err(bad_query)?;
         let layout = self.layout();
         let slaves = layout.slaves().len();
         let mut by_owner: Vec<Vec<u32>> = vec![Vec::new(); slaves];
@@ -149,12 +149,18 @@ impl Master {
 /// empty structs costs its sender nothing an element, and the master's loop
 /// over it a little each.
 pub(super) fn within(len: u32, most: u32, what: &str) -> Result<(), Failure> {
-    wire::at_most(len, most, what).map_err(|e| Failure::new(ErrorKind::BadQuery, e.extra))
+    wire::at_most(len, most, what).map_err(bad_query)
+}
+
+/// A request refused as it was read, as a `badQuery` saying why.
+fn bad_query(err: capnp::Error) -> Failure {
+    Failure::new(ErrorKind::BadQuery, err.extra)
 }
 
 /// Whether `vector` of a request (an import or a clear) holds a bit, once
-/// its parts are checked; a malformed one is a `badQuery`: the request
-/// itself is wrong, not the master.
+/// its parts are checked as a slave checks them (no full or hole keys); a
+/// malformed one is a `badQuery`: the request itself is wrong, not the
+/// master, and no slave is sent any of it.
 pub(super) fn holds_bits(vector: vid_vector::Reader<'_>) -> Result<bool, Failure> {
     let vid = vector.get_vid();
     let bad = |e: capnp::Error| {
@@ -164,6 +170,6 @@ pub(super) fn holds_bits(vector: vid_vector::Reader<'_>) -> Result<bool, Failure
         )
     };
     let wire_parts = wire::read_parts(vector.get_parts().map_err(bad)?).map_err(bad)?;
-    let parts = wire::views(&wire_parts).map_err(bad)?;
+    let parts = wire::stored_views(&wire_parts).map_err(bad)?;
     Ok(parts.iter().any(|p| !p.is_empty()))
 }

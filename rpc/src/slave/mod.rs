@@ -365,12 +365,7 @@ pub(crate) fn import_batch(
 pub(crate) fn read_import(
     vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
 ) -> capnp::Result<Vec<(u64, wire::WirePart<'_>)>> {
-    wire::at_most(vectors.len(), wire::MAX_IMPORT_VECTORS, "vectors to import")?;
-    let mut parts = 0u32;
-    for vector in vectors.iter() {
-        parts = parts.saturating_add(vector.get_parts()?.len());
-    }
-    wire::at_most(parts, wire::MAX_IMPORT_PARTS, "parts of vectors to import")?;
+    wire::check_import(vectors)?;
     let mut wire_parts = Vec::new();
     for vector in vectors.iter() {
         let vid = vector.get_vid();
