@@ -603,3 +603,36 @@ fn runs_of_vids_past_the_last_vid_or_out_of_order_are_refused() {
     );
     still_answers(&cluster, &oracle, &client);
 }
+
+#[test]
+fn a_vector_of_every_container_imports_and_clears_through_the_master() {
+    // 65,536 dense containers: 512 MiB, half the message bound, sent to
+    // both owners. The master once read an import three times over (its
+    // size, its check, a copy per owner), past the traversal limit, and
+    // refused it as malformed.
+    let cluster = Cluster::start(2, 2);
+    let client = cluster.client();
+    let evens = [0x5555_5555_5555_5555u64; 1024];
+    let mut every = bitfold_engine::VectorBuf::new();
+    for key in 0..=u16::MAX {
+        every.push_dense(key, &evens).unwrap();
+    }
+    client
+        .import(&[(9, every.as_part())])
+        .expect("the vector imports");
+    let count = |query: &str| match client.query(query, bitfold_rpc::client::Format::Count) {
+        Ok(bitfold_rpc::client::Answer::Count(n)) => n,
+        other => panic!("{query}: {other:?}"),
+    };
+    assert_eq!(count("R:9"), 1 << 31);
+    assert_eq!(count("P:9"), 1 << 31);
+    // A clear of the whole vector but one container, as large.
+    let mut most = bitfold_engine::VectorBuf::new();
+    for key in 1..=u16::MAX {
+        most.push_dense(key, &evens).unwrap();
+    }
+    client
+        .clear(&[(9, most.as_part())])
+        .expect("the clear applies");
+    assert_eq!(count("R:9"), 32_768);
+}

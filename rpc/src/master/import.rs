@@ -1,6 +1,7 @@
 //! Import fan-out: every non-empty vector goes to all its owners, and its
 //! vid is recorded in the catalog only once every owner has stored it.
 
+use bitfold_engine::VectorPart;
 use capnp::capability::Promise;
 
 use super::Master;
@@ -8,29 +9,33 @@ use super::reply::Failure;
 use crate::bitfold_capnp::{outcome, vid_vector};
 use crate::catalog::Catalog;
 use crate::client::ErrorKind;
-use crate::wire;
+use crate::wire::{self, WirePart};
 
 impl Master {
-    /// Sends every non-empty vector to all its owners, then records the vids.
+    /// Sends every non-empty vector to all its owners, then records the
+    /// vids; returns the bytes of the vectors stored.
     pub(super) async fn import_vectors(
         &self,
         vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
-    ) -> Result<(), Failure> {
+    ) -> Result<u64, Failure> {
         wire::check_import(vectors).map_err(bad_query)?;
+        let read = read_vectors(vectors)?;
+        let views = holding_bits(&read)?;
         let layout = self.layout();
         let slaves = layout.slaves().len();
-        let mut by_owner: Vec<Vec<u32>> = vec![Vec::new(); slaves];
+        let mut by_owner: Vec<Vec<usize>> = vec![Vec::new(); slaves];
         let mut vids = Vec::new();
-        for (i, vector) in vectors.iter().enumerate() {
-            if !holds_bits(vector)? {
-                continue;
-            }
-            let vid = vector.get_vid();
-            vids.push(vid);
-            for owner in layout.write_owners(vid) {
-                by_owner[owner].push(i as u32);
+        for (i, (vid, _)) in views.iter().enumerate() {
+            vids.push(*vid);
+            for owner in layout.write_owners(*vid) {
+                by_owner[owner].push(i);
             }
         }
+        let bytes = views
+            .iter()
+            .flat_map(|(_, parts)| parts)
+            .map(VectorPart::byte_len)
+            .sum();
         let _writing = self.writes.lock().await;
         for owner in (0..slaves).filter(|&o| !by_owner[o].is_empty()) {
             self.catch_up(owner).await.map_err(|reason| {
@@ -44,6 +49,7 @@ impl Master {
                 )
             })?;
         }
+        let views = &views;
         let sends = by_owner
             .iter()
             .enumerate()
@@ -62,9 +68,10 @@ impl Master {
                             let mut request = client.import_request();
                             let mut list = request.get().init_vectors(entries.len() as u32);
                             for (j, &i) in entries.iter().enumerate() {
-                                if let Err(err) = list.set_with_caveats(j as u32, vectors.get(i)) {
-                                    return Promise::err(err);
-                                }
+                                let (vid, parts) = &views[i];
+                                let mut entry = list.reborrow().get(j as u32);
+                                entry.set_vid(*vid);
+                                write_parts(entry.init_parts(parts.len() as u32), parts);
                             }
                             Promise::from_future(request.send().promise)
                         })
@@ -109,7 +116,7 @@ impl Master {
             {
                 let catalog = self.catalog.borrow();
                 for &owner in &down {
-                    let stale = by_owner[owner].iter().map(|&i| vectors.get(i).get_vid());
+                    let stale = by_owner[owner].iter().map(|&i| views[i].0);
                     let stale = stale.filter(|&vid| {
                         catalog.contains(vid)
                             && layout.read_owners(vid).iter().any(|o| !down.contains(o))
@@ -135,7 +142,7 @@ impl Master {
         }
         Catalog::insert(&self.catalog, vids)
             .await
-            .map(|_| ())
+            .map(|_| bytes)
             .map_err(|e| {
                 Failure::internal(format!(
                     "the vectors are stored but the master could not record them: {e}"
@@ -157,19 +164,54 @@ fn bad_query(err: capnp::Error) -> Failure {
     Failure::new(ErrorKind::BadQuery, err.extra)
 }
 
-/// Whether `vector` of a request (an import or a clear) holds a bit, once
-/// its parts are checked as a slave checks them (no full or hole keys); a
-/// malformed one is a `badQuery`: the request itself is wrong, not the
-/// master, and no slave is sent any of it.
-pub(super) fn holds_bits(vector: vid_vector::Reader<'_>) -> Result<bool, Failure> {
-    let vid = vector.get_vid();
-    let bad = |e: capnp::Error| {
-        Failure::new(
-            ErrorKind::BadQuery,
-            format!("vector {vid} is malformed: {e}"),
-        )
-    };
-    let wire_parts = wire::read_parts(vector.get_parts().map_err(bad)?).map_err(bad)?;
-    let parts = wire::stored_views(&wire_parts).map_err(bad)?;
-    Ok(parts.iter().any(|p| !p.is_empty()))
+/// The vectors of a request (an import or a clear), each read once, in
+/// place: a message's traversal limit counts every read of it, and one
+/// vector of 2^32 bits takes half of it, so the master reads a vector once
+/// and writes what it sends on from that reading. A malformed vector is a
+/// `badQuery`: the request itself is wrong, not the master.
+pub(super) fn read_vectors<'a>(
+    vectors: capnp::struct_list::Reader<'a, vid_vector::Owned>,
+) -> Result<Vec<(u64, Vec<WirePart<'a>>)>, Failure> {
+    vectors
+        .iter()
+        .map(|vector| {
+            let vid = vector.get_vid();
+            let parts = vector.get_parts().and_then(wire::read_parts);
+            Ok((vid, parts.map_err(|e| malformed(vid, e))?))
+        })
+        .collect()
+}
+
+/// The vectors of `read` that hold a bit, their parts checked as a slave
+/// checks them (no full or hole keys), so that no slave is sent a request
+/// it would refuse: the master would take that refusal for its failure.
+pub(super) fn holding_bits<'p>(
+    read: &'p [(u64, Vec<WirePart<'_>>)],
+) -> Result<Vec<(u64, Vec<VectorPart<'p>>)>, Failure> {
+    let mut holding = Vec::new();
+    for (vid, parts) in read {
+        let views = wire::stored_views(parts).map_err(|e| malformed(*vid, e))?;
+        if views.iter().any(|p| !p.is_empty()) {
+            holding.push((*vid, views));
+        }
+    }
+    Ok(holding)
+}
+
+/// Writes `parts` into `list`, one each.
+pub(super) fn write_parts(
+    mut list: capnp::struct_list::Builder<'_, crate::bitfold_capnp::part::Owned>,
+    parts: &[VectorPart<'_>],
+) {
+    for (i, part) in parts.iter().enumerate() {
+        wire::write_part(list.reborrow().get(i as u32), part);
+    }
+}
+
+/// Vector `vid` of a request, refused: `badQuery`, naming it.
+fn malformed(vid: u64, err: capnp::Error) -> Failure {
+    Failure::new(
+        ErrorKind::BadQuery,
+        format!("vector {vid} is malformed: {err}"),
+    )
 }

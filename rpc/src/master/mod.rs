@@ -266,14 +266,12 @@ impl master::Server for Master {
         params: master::ImportParams,
         mut results: master::ImportResults,
     ) -> Result<(), capnp::Error> {
-        let params = params.get()?;
-        let bytes = params.total_size()?.word_count * 8;
-        let vectors = params.get_vectors()?;
+        let vectors = params.get()?.get_vectors()?;
         let count = vectors.len();
         let outcome = self.import_vectors(vectors).await;
         let mut out = results.get().init_outcome();
         match outcome {
-            Ok(()) => {
+            Ok(bytes) => {
                 self.metrics.imported(u64::from(count), bytes);
                 out.set_ok(());
             }

@@ -17,7 +17,7 @@ use capnp::message::{Builder, HeapAllocator};
 
 use super::Master;
 use super::copy::read_changed;
-use super::import::{holds_bits, within};
+use super::import::{holding_bits, read_vectors, within, write_parts};
 use super::journal::Pending;
 use super::reply::Failure;
 use crate::bitfold_capnp::{change, vid_span, vid_vector};
@@ -40,24 +40,18 @@ impl Master {
         vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
     ) -> Result<u64, Failure> {
         within(vectors.len(), wire::MAX_IMPORT_VECTORS, "vectors to clear")?;
-        let mut chosen = Vec::new();
-        for (i, vector) in vectors.iter().enumerate() {
-            if holds_bits(vector)? && self.catalog.borrow().contains(vector.get_vid()) {
-                chosen.push(i as u32);
-            }
-        }
+        let read = read_vectors(vectors)?;
+        let mut chosen = holding_bits(&read)?;
+        chosen.retain(|(vid, _)| self.catalog.borrow().contains(*vid));
         let mut message = Builder::new_default();
         let mut list: capnp::struct_list::Builder<'_, change::Owned> =
             message.initn_root(chosen.len() as u32);
         let mut vids = BTreeSet::new();
-        for (j, &i) in chosen.iter().enumerate() {
-            let vector = vectors.get(i);
+        for (j, (vid, parts)) in chosen.iter().enumerate() {
             let mut change = list.reborrow().get(j as u32);
-            change.set_vid(vector.get_vid());
-            change
-                .set_clear(vector.get_parts().map_err(Failure::internal)?)
-                .map_err(Failure::internal)?;
-            vids.insert(vector.get_vid());
+            change.set_vid(*vid);
+            write_parts(change.init_clear(parts.len() as u32), parts);
+            vids.insert(*vid);
         }
         self.apply(message, vids, Kind::Clear).await
     }

@@ -115,7 +115,7 @@ impl MasterMetrics {
                 &mut r,
                 "imported",
                 Some(Unit::Bytes),
-                "Bytes of import messages every owner stored",
+                "Bytes of vectors (their parts' data) in import calls every owner stored",
                 Counter::default(),
             ),
             chain_machines: add(
