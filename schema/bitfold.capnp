@@ -316,7 +316,9 @@ interface Slave {
   gather @6 (terms :List(Data), report :Bool) -> (result :GatherResult, hop :Hop);
   # Fan-out: for each term, the OR of the vectors this slave holds among
   # the term's vids, one vector per term. A term's vids are runs, each two
-  # u64 little-endian, `first` and `last`: ascending and disjoint.
+  # u64 little-endian, `first` and `last`: ascending and disjoint. A reply
+  # holds the first terms asked, in order: all of them, or as many as fit
+  # in 64 MiB of vectors (at least one); the caller asks again for the rest.
   # With `report`, `hop` says what it read and sent, and its time.
 
   update @7 (changes :List(Change)) -> (result :ChangeResult);

@@ -2,7 +2,8 @@
 //! against real `bitfold slave` and `bitfold master` processes: a peer that
 //! goes over one gets an error naming the bound, and the process goes on
 //! answering everyone else exactly. The requests are built by hand, as no
-//! bitfold client would send them.
+//! bitfold client would send them; and the largest requests a client does
+//! send (vectors of 2^32 bits) go through within the bounds.
 
 use std::future::Future;
 use std::io::Write;
@@ -602,6 +603,79 @@ fn runs_of_vids_past_the_last_vid_or_out_of_order_are_refused() {
         "the first vid s0 lacks (it holds {held:?})"
     );
     still_answers(&cluster, &oracle, &client);
+}
+
+/// A fan-out's term vectors of `containers` dense containers each (32
+/// KiB of bits set in every one), three terms, each term one such vector
+/// on slave 0 and a small one on slave 1: answered exactly with either
+/// slave coordinating, so that slave 0's gather reply (three such vectors
+/// ORed with nothing) crosses the network once in every two queries.
+fn big_terms_answer_exactly_through_a_fan_out(containers: u32) {
+    // A query over 1.5 GiB of vectors takes longer than the 5 s an attempt
+    // may take by default on this machine.
+    let cluster = Cluster::start_with(
+        2,
+        1,
+        &[
+            "--plan",
+            "fan-out",
+            "--rpc-timeout",
+            "120s",
+            "--query-timeout",
+            "300s",
+        ],
+    );
+    let client = cluster.client();
+    // Three terms `v-(v+1)`: `v` on slave 0, `v + 1` on slave 1.
+    let starts: Vec<u64> = (0..)
+        .filter(|&v| {
+            bitfold_rpc::placement::primary(v, 2) == 0
+                && bitfold_rpc::placement::primary(v + 1, 2) == 1
+        })
+        .scan(None, |last: &mut Option<u64>, v| {
+            let next = last.is_none_or(|l| v > l + 1).then_some(v);
+            if next.is_some() {
+                *last = next;
+            }
+            Some(next)
+        })
+        .flatten()
+        .take(3)
+        .collect();
+    let evens = [0x5555_5555_5555_5555u64; 1024];
+    // Term 1's big vector has every container, term 2's lacks key 5, term
+    // 3's key 7: an answer with the terms mixed up or one lost differs.
+    for (t, &v) in starts.iter().enumerate() {
+        let mut big = bitfold_engine::VectorBuf::new();
+        for key in 0..containers {
+            if (t, key) != (1, 5) && (t, key) != (2, 7) {
+                big.push_dense(key as u16, &evens).unwrap();
+            }
+        }
+        let small = bitfold_engine::VectorBuf::from_bits(vec![1, 3]);
+        client
+            .import(&[(v, big.as_part()), (v + 1, small.as_part())])
+            .expect("the vectors import");
+    }
+    let query = starts
+        .iter()
+        .map(|v| format!("{v}-{}", v + 1))
+        .collect::<Vec<_>>()
+        .join("&");
+    let query = format!("R:{query}");
+    let expected = u64::from(containers - 2) * 32_768 + 2;
+    // Round-robin over the two slaves, which both hold vectors of every term.
+    for _ in 0..2 {
+        match client.query(&query, bitfold_rpc::client::Format::Count) {
+            Ok(bitfold_rpc::client::Answer::Count(n)) => assert_eq!(n, expected, "{query}"),
+            other => panic!("{query}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_gather_reply_over_the_bound_arrives_in_pieces_exactly() {
+    big_terms_answer_exactly_through_a_fan_out(1 << 16);
 }
 
 #[test]

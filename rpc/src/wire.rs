@@ -240,6 +240,23 @@ pub(crate) const MAX_FETCH_VIDS: u32 = 1 << 16;
 /// that reaches it): a larger `maxBytes` is cut to it.
 pub(crate) const MAX_FETCH_BYTES: u64 = 64 << 20;
 
+/// The most bytes of term vectors one `gather` reply holds, unless its
+/// first term alone is more: the terms after are asked for again, so that
+/// no reply nears the message bound (three terms of 2^32 bits, 512 MiB
+/// each, would pass it).
+pub(crate) const MAX_GATHER_BYTES: u64 = 64 << 20;
+
+/// How many of the terms, of `bytes` each in order, one reply holds: the
+/// first, and each next while the reply stays within `most`.
+pub(crate) fn terms_within(bytes: &[u64], most: u64) -> usize {
+    let mut total = 0u64;
+    let within = bytes.iter().take_while(|&&b| {
+        total = total.saturating_add(b);
+        total <= most
+    });
+    within.count().max(1).min(bytes.len())
+}
+
 /// Refuses a list of `len` `what`s longer than `most`, naming the bound.
 pub(crate) fn at_most(len: u32, most: u32, what: &str) -> capnp::Result<()> {
     if len > most {
@@ -818,6 +835,16 @@ mod tests {
             list.reborrow().get(i).init_clear(MAX_PARTS);
         }
         check_changes(within.get_root_as_reader().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_gather_reply_holds_the_terms_that_fit_and_at_least_one() {
+        assert_eq!(terms_within(&[10, 20, 30], 60), 3);
+        assert_eq!(terms_within(&[10, 20, 30], 59), 2);
+        assert_eq!(terms_within(&[10, 20, 30], 30), 2);
+        assert_eq!(terms_within(&[100, 1, 1], 60), 1);
+        assert_eq!(terms_within(&[u64::MAX, u64::MAX], 60), 1);
+        assert_eq!(terms_within(&[], 60), 0);
     }
 
     #[test]

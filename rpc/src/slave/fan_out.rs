@@ -63,26 +63,32 @@ pub(crate) fn gather(
     wire::at_most(terms.len(), wire::MAX_CHAINS, "terms")?;
     let snapshot = slave.store.snapshot();
     let mut inputs = Vec::with_capacity(terms.len() as usize);
-    let (mut vids_read, mut read) = (0, 0);
     for term in terms.iter() {
         let runs = chain::read_runs(term?)?;
         let mut parts = Vec::new();
         match slave.stored_parts(&snapshot, &runs, &mut parts) {
-            Ok(bytes) => read += bytes,
+            Ok(bytes) => inputs.push((chain::vid_count(&runs), bytes, parts)),
             Err(vid) => {
                 results.get().init_result().set_missing(vid);
                 return Ok(());
             }
         }
-        vids_read += chain::vid_count(&runs);
-        inputs.push(parts);
     }
-    let mut sent = 0;
-    let mut lists = results.get().init_result().init_terms(inputs.len() as u32);
-    for (i, parts) in inputs.iter().enumerate() {
-        let plan = UnionPlan::new(parts);
+    let plans: Vec<UnionPlan> = inputs
+        .iter()
+        .map(|(_, _, parts)| UnionPlan::new(parts))
+        .collect();
+    let sizes: Vec<u64> = plans
+        .iter()
+        .map(|p| crate::hop::planned_bytes(p.parts()))
+        .collect();
+    let answered = wire::terms_within(&sizes, wire::MAX_GATHER_BYTES);
+    let (mut vids_read, mut read, mut sent) = (0, 0, 0);
+    let mut lists = results.get().init_result().init_terms(answered as u32);
+    for (i, ((vids, bytes, parts), plan)) in inputs.iter().zip(&plans).take(answered).enumerate() {
+        (vids_read, read) = (vids_read + vids, read + bytes);
         let (unread, bytes) =
-            wire::write_compact(|n| lists.reborrow().init(i as u32, n), &plan, parts);
+            wire::write_compact(|n| lists.reborrow().init(i as u32, n), plan, parts);
         read = slave.unread(read, unread.total());
         sent += bytes;
     }
@@ -95,14 +101,16 @@ pub(crate) fn gather(
 
 /// What one machine answered to a gather.
 enum Gathered {
-    /// The term vectors of the machine.
-    Terms(Response<slave::gather_results::Owned>),
+    /// The term vectors of the machine, in replies that hold them in
+    /// order (one, unless they were too large for one).
+    Terms(Vec<Response<slave::gather_results::Owned>>),
     /// It failed.
     Failed(FailedMachine),
 }
 
 /// Asks `machine` for the OR of its `vids` of each term, and for its hop
-/// report when `report`.
+/// report when `report`; asks again for the terms a reply left out, which
+/// did not fit in it ([`wire::MAX_GATHER_BYTES`]).
 async fn ask(
     slave: &Slave,
     machines: Machines<'_>,
@@ -116,37 +124,45 @@ async fn ask(
             machines, machine, reason,
         )?))
     };
-    let Some(time) = budget.call(0) else {
-        return fail("the query ran out of time before reaching it".into());
-    };
     let addr = FailedMachine::at(machines, machine, String::new())?.addr;
-    let answer = slave
-        .pool
-        .call(&addr, time.wait, |client| {
-            let mut request = client.gather_request();
-            request.get().set_report(report);
-            let mut terms = request.get().init_terms(runs.len() as u32);
-            for (i, term) in runs.iter().enumerate() {
-                terms.set(i as u32, bytemuck::cast_slice(&chain::runs_bytes(term)));
+    let mut replies = Vec::new();
+    let mut first = 0;
+    while first < runs.len() {
+        let Some(time) = budget.call(0) else {
+            return fail("the query ran out of time before reaching it".into());
+        };
+        let asked = &runs[first..];
+        let answer = slave
+            .pool
+            .call(&addr, time.wait, |client| {
+                let mut request = client.gather_request();
+                request.get().set_report(report);
+                let mut terms = request.get().init_terms(asked.len() as u32);
+                for (i, term) in asked.iter().enumerate() {
+                    terms.set(i as u32, bytemuck::cast_slice(&chain::runs_bytes(term)));
+                }
+                Promise::from_future(request.send().promise)
+            })
+            .await;
+        let response = match answer {
+            Ok(response) => response,
+            Err(reason) => return fail(reason),
+        };
+        let answered = match response.get()?.get_result()?.which()? {
+            gather_result::Terms(terms) => terms?.len() as usize,
+            gather_result::Missing(vid) => {
+                return fail(format!(
+                    "it does not hold vector {vid}, which the catalog lists"
+                ));
             }
-            Promise::from_future(request.send().promise)
-        })
-        .await;
-    let response = match answer {
-        Ok(response) => response,
-        Err(reason) => return fail(reason),
-    };
-    let missing = match response.get()?.get_result()?.which()? {
-        gather_result::Terms(terms) => (terms?.len() as usize != runs.len())
-            .then(|| "it answered the wrong number of terms".to_string()),
-        gather_result::Missing(vid) => Some(format!(
-            "it does not hold vector {vid}, which the catalog lists"
-        )),
-    };
-    match missing {
-        None => Ok(Gathered::Terms(response)),
-        Some(reason) => fail(reason),
+        };
+        if answered == 0 || answered > asked.len() {
+            return fail("it answered the wrong number of terms".to_string());
+        }
+        replies.push(response);
+        first += answered;
     }
+    Ok(Gathered::Terms(replies))
 }
 
 /// The term vectors of `chains` gathered by fan-out, each put into its
@@ -193,13 +209,15 @@ pub(crate) async fn term_vectors(
     let mut responses = Vec::new();
     for (machine, answer) in answers {
         match answer? {
-            Gathered::Terms(response) => {
-                if let Some(hops) = hops.as_deref_mut() {
-                    let mut hop = Hop::read(response.get()?.get_hop()?)?;
-                    hop.machine = machine;
-                    hops.push(hop);
+            Gathered::Terms(replies) => {
+                for response in &replies {
+                    if let Some(hops) = hops.as_deref_mut() {
+                        let mut hop = Hop::read(response.get()?.get_hop()?)?;
+                        hop.machine = machine;
+                        hops.push(hop);
+                    }
                 }
-                responses.push(response);
+                responses.push(replies);
             }
             Gathered::Failed(failed) => failures.push(failed),
         }
@@ -209,13 +227,17 @@ pub(crate) async fn term_vectors(
         return Ok(Err(failures));
     }
     let mut remote: Vec<Vec<WirePart<'_>>> = chains.iter().map(|_| Vec::new()).collect();
-    for response in &responses {
-        let gather_result::Terms(terms) = response.get()?.get_result()?.which()? else {
-            unreachable!("ask keeps only answers with terms");
-        };
-        let mut budget = HoleBudget::per_message();
-        for (term, list) in terms?.iter().enumerate() {
-            remote[term].extend(wire::read_partial(list?, &mut budget)?);
+    for replies in &responses {
+        let mut term = 0;
+        for response in replies {
+            let gather_result::Terms(terms) = response.get()?.get_result()?.which()? else {
+                unreachable!("ask keeps only answers with terms");
+            };
+            let mut budget = HoleBudget::per_message();
+            for list in terms? {
+                remote[term].extend(wire::read_partial(list?, &mut budget)?);
+                term += 1;
+            }
         }
     }
     let mut sent = 0;
