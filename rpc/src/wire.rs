@@ -672,6 +672,16 @@ fn put<T: Pod>(builder: capnp::data::Builder<'_>, values: &[T]) {
     builder.copy_from_slice(bytemuck::cast_slice(values));
 }
 
+/// Writes `parts` into `list` (of their number), one each, as [`write_part`].
+pub(crate) fn write_parts(
+    mut list: struct_list::Builder<'_, part::Owned>,
+    parts: &[VectorPart<'_>],
+) {
+    for (i, part) in parts.iter().enumerate() {
+        write_part(list.reborrow().get(i as u32), part);
+    }
+}
+
 /// Writes a copy of `part` (at most [`PART_MAX_DENSE`] dense containers).
 pub(crate) fn write_part(mut builder: part::Builder<'_>, part: &VectorPart<'_>) {
     let bytes = |values: usize, size: usize| data_len(values * size);

@@ -40,10 +40,7 @@ pub(super) fn import_messages(
             for (i, (vid, pieces)) in group.iter().enumerate() {
                 let mut entry = list.reborrow().get(i as u32);
                 entry.set_vid(*vid);
-                let mut parts = entry.init_parts(pieces.len() as u32);
-                for (j, piece) in pieces.iter().enumerate() {
-                    wire::write_part(parts.reborrow().get(j as u32), piece);
-                }
+                wire::write_parts(entry.init_parts(pieces.len() as u32), pieces);
             }
             message
         })

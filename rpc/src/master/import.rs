@@ -71,7 +71,7 @@ impl Master {
                                 let (vid, parts) = &views[i];
                                 let mut entry = list.reborrow().get(j as u32);
                                 entry.set_vid(*vid);
-                                write_parts(entry.init_parts(parts.len() as u32), parts);
+                                wire::write_parts(entry.init_parts(parts.len() as u32), parts);
                             }
                             Promise::from_future(request.send().promise)
                         })
@@ -196,16 +196,6 @@ pub(super) fn holding_bits<'p>(
         }
     }
     Ok(holding)
-}
-
-/// Writes `parts` into `list`, one each.
-pub(super) fn write_parts(
-    mut list: capnp::struct_list::Builder<'_, crate::bitfold_capnp::part::Owned>,
-    parts: &[VectorPart<'_>],
-) {
-    for (i, part) in parts.iter().enumerate() {
-        wire::write_part(list.reborrow().get(i as u32), part);
-    }
 }
 
 /// Vector `vid` of a request, refused: `badQuery`, naming it.

@@ -17,7 +17,7 @@ use capnp::message::{Builder, HeapAllocator};
 
 use super::Master;
 use super::copy::read_changed;
-use super::import::{holding_bits, read_vectors, within, write_parts};
+use super::import::{holding_bits, read_vectors, within};
 use super::journal::Pending;
 use super::reply::Failure;
 use crate::bitfold_capnp::{change, vid_span, vid_vector};
@@ -50,7 +50,7 @@ impl Master {
         for (j, (vid, parts)) in chosen.iter().enumerate() {
             let mut change = list.reborrow().get(j as u32);
             change.set_vid(*vid);
-            write_parts(change.init_clear(parts.len() as u32), parts);
+            wire::write_parts(change.init_clear(parts.len() as u32), parts);
             vids.insert(*vid);
         }
         self.apply(message, vids, Kind::Clear).await
