@@ -331,6 +331,10 @@ fn with_one_copy_a_dead_slave_makes_its_vectors_unavailable_until_it_returns(pla
                         "{failed_machines:?}"
                     );
                     assert!(message.contains("s2"), "{message}");
+                    assert!(
+                        !message.contains("--rpc-timeout"),
+                        "a dead slave is not a slow one: {message}"
+                    );
                     tally.errors.push(message);
                 }
                 other => panic!("P:{vid} lives only on the dead s2, got {other:?}"),
@@ -360,6 +364,47 @@ fn with_one_copy_a_dead_slave_makes_its_vectors_unavailable_until_it_returns(pla
     workload
         .stream(&cluster.master_addr(), 1, 1, || {})
         .assert_all_exact("replicas 1, s2 restarted");
+}
+
+/// A slave given up on for answering too slowly may be up and busy (a
+/// query over vectors of billions of bits takes seconds): the error names
+/// the flag that gives it longer.
+fn with_one_copy_a_hung_slave_fails_its_queries_naming_the_timeout_to_raise(plan: &str) {
+    let cluster = Cluster::start_with(4, 1, &with_plan(QUICK, plan));
+    let workload = Workload::new(19);
+    workload.import(&cluster);
+    let hung = 2;
+    cluster.slaves[hung].as_ref().unwrap().signal(libc::SIGSTOP);
+    let client = cluster.client();
+    let on_hung = *workload
+        .oracle
+        .vectors
+        .keys()
+        .find(|&&vid| placement::owners(vid, 4, 1) == [hung])
+        .expect("some vector lives on s2 alone");
+    // The range meets the hung slave first; the point query then finds it down.
+    for query in ["R:0-47".to_owned(), format!("P:{on_hung}")] {
+        match client.query(&query, Format::Count) {
+            Err(Error::Query {
+                kind: ErrorKind::Unavailable,
+                failed_machines,
+                message,
+            }) => {
+                assert_eq!(failed_machines, ["s2"], "{query}: {message}");
+                assert!(
+                    message.contains("is down: no answer within")
+                        && message.contains("raise the master's --rpc-timeout, now 1.0 s"),
+                    "{query}: {message}"
+                );
+            }
+            other => panic!("{query} needs the hung s2, got {other:?}"),
+        }
+    }
+    cluster.slaves[hung].as_ref().unwrap().signal(libc::SIGCONT);
+    wait_until_up(&cluster, hung);
+    workload
+        .stream(&cluster.master_addr(), 1, 1, || {})
+        .assert_all_exact("replicas 1, s2 continued");
 }
 
 fn a_restarted_master_knows_every_vector_even_with_a_slave_down(plan: &str) {
@@ -451,6 +496,7 @@ under_every_plan!(
     with_default_settings_a_hung_slave_costs_less_than_30_seconds,
     a_coordinator_killed_mid_query_does_not_change_the_answer,
     with_one_copy_a_dead_slave_makes_its_vectors_unavailable_until_it_returns,
+    with_one_copy_a_hung_slave_fails_its_queries_naming_the_timeout_to_raise,
     a_restarted_master_knows_every_vector_even_with_a_slave_down,
     acknowledged_imports_survive_sigkill_and_corrupt_files_are_refused,
 );

@@ -476,6 +476,9 @@ fn handshake_failure(err: &std::io::Error, role: Role, ca: Option<&std::path::Pa
     format!("{HANDSHAKE_FAILED}: {why}")
 }
 
+/// How a call that timed out is reported: `no answer within 5.0 s`.
+pub(crate) const NO_ANSWER: &str = "no answer within";
+
 /// How the text of every failed TLS handshake starts.
 pub(crate) const HANDSHAKE_FAILED: &str = "the TLS handshake failed";
 
@@ -698,7 +701,7 @@ impl Pool {
         };
         let result = match tokio::time::timeout(timeout, attempt).await {
             Ok(result) => result,
-            Err(_) => Err(format!("no answer within {}", seconds(timeout))),
+            Err(_) => Err(format!("{NO_ANSWER} {}", seconds(timeout))),
         };
         if result.is_err() {
             self.evict(addr, used.take().as_ref());

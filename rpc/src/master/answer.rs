@@ -78,6 +78,20 @@ impl Master {
         }
     }
 
+    /// `failure`, naming the flag to raise where a slave was given up on
+    /// for answering too slowly: a slave that is up but needs seconds (a
+    /// query over vectors of billions of bits) is reported like a hung one.
+    fn with_timeout_hint(&self, mut failure: Failure) -> Failure {
+        if failure.message.contains(net::NO_ANSWER) {
+            failure.message.push_str(&format!(
+                " (if a slave named here is up but slow, as over vectors of billions of bits, \
+                 raise the master's --rpc-timeout, now {})",
+                net::seconds(self.options.rpc_timeout)
+            ));
+        }
+        failure
+    }
+
     /// Makes up to `attempts` attempts within `budget`, each given at most
     /// `rpc_timeout` of it, until one finds the answer or fails for good;
     /// records how each attempt that called a slave ended in `trace`.
@@ -170,7 +184,9 @@ impl Master {
         let mut chains = match plan {
             Plan::Empty => return Ok(Attempt::Found(Found::Empty)),
             Plan::NoOwner { vectors, down } => {
-                return Err(self.unavailable(format!("no live owner for {vectors} vectors"), &down));
+                let failure =
+                    self.unavailable(format!("no live owner for {vectors} vectors"), &down);
+                return Err(self.with_timeout_hint(failure));
             }
             Plan::TooMany { most } => {
                 return Err(Failure::new(
@@ -272,7 +288,8 @@ impl Master {
     ) -> Result<Attempt, Failure> {
         let owner = owners.iter().copied().find(|&o| self.serves(o, vid));
         let Some(owner) = owner else {
-            return Err(self.unavailable(format!("no live owner holds vector {vid}"), owners));
+            let failure = self.unavailable(format!("no live owner holds vector {vid}"), owners);
+            return Err(self.with_timeout_hint(failure));
         };
         let Some(time) = budget.call(0) else {
             return Ok(Attempt::OutOfTime);
@@ -348,7 +365,8 @@ impl Master {
         Failure::new(
             ErrorKind::Unavailable,
             format!(
-                "unavailable: no answer within {}",
+                "unavailable: {} {} (the master's --query-timeout)",
+                net::NO_ANSWER,
                 net::seconds(self.options.query_timeout)
             ),
         )
@@ -366,7 +384,7 @@ impl Master {
             .iter()
             .map(|f| format!("{} ({}): {}", f.name, f.addr, f.reason))
             .collect();
-        Failure {
+        self.with_timeout_hint(Failure {
             kind: ErrorKind::Unavailable,
             message: format!(
                 "unavailable: no answer after {tried} attempt{}; failed: {}",
@@ -374,7 +392,7 @@ impl Master {
                 reasons.join("; ")
             ),
             failed_machines: names,
-        }
+        })
     }
 }
 
