@@ -265,7 +265,11 @@ impl<R: Read> Table<R> {
         let header = reader
             .headers()
             .map_err(|source| IndexError::Csv { line: 1, source })?;
-        let header: Vec<String> = header.iter().map(|name| name.trim().to_string()).collect();
+        // Trimmed as cells are ([`cell`]): a no-break space is part of a name.
+        let header: Vec<String> = header
+            .iter()
+            .map(|name| name.trim_ascii().to_string())
+            .collect();
         if header.iter().all(String::is_empty) {
             return Err(IndexError::NoHeader);
         }
@@ -815,6 +819,18 @@ mod tests {
         assert_eq!(bits(&index, 1), [2]);
         assert_eq!(bits(&index, 3), [0, 2]);
         assert_eq!(bits(&index, 6), [1]);
+    }
+
+    #[test]
+    fn column_names_are_trimmed_of_ascii_whitespace_as_cells_are() {
+        let csv = " age\t,\u{a0}region\nX,\u{a0}North\n";
+        let index = index_str(csv, &Options::default()).unwrap();
+        let names: Vec<&str> = index.map.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["age", "\u{a0}region"]);
+        assert_eq!(
+            index.map.columns[1].encoding,
+            Encoding::Categorical(vec!["\u{a0}North".into()])
+        );
     }
 
     #[test]
