@@ -416,3 +416,58 @@ fn lowering_replicas_removes_more_surplus_copies_than_one_update_carries() {
         Answer::Count(4096)
     );
 }
+
+#[test]
+fn a_copy_left_on_a_slave_that_no_longer_owns_it_does_not_bring_back_a_deleted_vector() {
+    // Lowering replicas while s1 is down leaves its surplus copies on it;
+    // a vector deleted afterwards (from its one owner) must stay deleted
+    // when s1 comes back holding its old copy.
+    let mut cluster = Cluster::start(3, 2);
+    let mut oracle = load(&cluster, 28);
+    let client = cluster.client();
+    let gone = (0..48u64)
+        .find(|&vid| {
+            let old = bitfold_rpc::placement::Placement {
+                slaves: 3,
+                replicas: 2,
+                group: 1,
+            };
+            old.owners(vid)[1] == 1
+        })
+        .expect("s1 is the second owner of some vid");
+    cluster.kill_slave(1);
+    cluster.write_cluster_file(3, 1);
+    let run = cluster.cli(&["rebalance"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    // A query that needs s1 finds it down: it is read again (catalog and
+    // all) only once a probe finds it back.
+    assert!(client.query("R:0-47", Format::Count).is_err());
+    assert_eq!(client.delete(&[(gone, gone)]).unwrap(), 1);
+    oracle.delete(gone, gone);
+    cluster.restart_slave(1).expect("s1 restarts with its data");
+    wait_until_all_up(&client);
+    // s1 has been probed and its catalog read: every vector as before, and
+    // the deleted one stays gone.
+    for (vid, bits) in &oracle.vectors {
+        assert_answer(&client, &format!("P:{vid}"), bits);
+    }
+    for terms in [
+        &[(0, 47)][..],
+        &[(gone, gone), (0, 47)],
+        &[(0, 23), (12, 40)],
+    ] {
+        assert_answer(&client, &Oracle::range_query(terms), &oracle.range(terms));
+    }
+    match client.query(&format!("P:{gone}"), Format::Count) {
+        Err(Error::Query {
+            kind: ErrorKind::NotFound,
+            ..
+        }) => {}
+        other => panic!("P:{gone} was deleted, got {other:?}"),
+    }
+    assert!(
+        client.status().unwrap().iter().all(|slave| slave.up),
+        "{:?}",
+        client.status()
+    );
+}

@@ -65,7 +65,7 @@ impl Master {
                     return self.mark_down(index, &format!("catching up on updates: {reason}"));
                 }
             }
-            match self.sync_catalog(&addr).await {
+            match self.sync_catalog(index, &addr).await {
                 Ok(held) => self.note_lacking(index, &held),
                 Err(reason) => return self.mark_down(index, &reason),
             }
@@ -77,9 +77,14 @@ impl Master {
         }
     }
 
-    /// Merges the vids slave `addr` holds into the catalog (durably);
-    /// returns them, ascending.
-    async fn sync_catalog(&self, addr: &str) -> Result<Vec<u64>, String> {
+    /// Merges the vids slave `index` (at `addr`) holds and owns into the
+    /// catalog (durably); returns every vid it holds, ascending.
+    ///
+    /// A copy it holds but does not own (left by a move that could not
+    /// delete it) is never read, and may be of a vector deleted since from
+    /// its owners: taken into the catalog, it would bring that vector back
+    /// and have its owners asked for what they rightly lack.
+    async fn sync_catalog(&self, index: usize, addr: &str) -> Result<Vec<u64>, String> {
         let response = self
             .pool
             .call(addr, self.options.rpc_timeout, |client| {
@@ -100,7 +105,12 @@ impl Master {
         if !vids.is_sorted() {
             return Err("its catalog is malformed: the vids are not ascending".into());
         }
-        Catalog::insert(&self.catalog, vids.iter().copied())
+        let layout = self.layout();
+        let owned = vids
+            .iter()
+            .copied()
+            .filter(|&vid| layout.write_owners(vid).contains(&index));
+        Catalog::insert(&self.catalog, owned)
             .await
             .map_err(|e| format!("the master could not record its catalog: {e}"))?;
         Ok(vids)
