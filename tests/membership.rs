@@ -439,8 +439,7 @@ fn a_copy_left_on_a_slave_that_no_longer_owns_it_does_not_bring_back_a_deleted_v
     cluster.write_cluster_file(3, 1);
     let run = cluster.cli(&["rebalance"]);
     assert!(run.status.success(), "{}", stderr(&run));
-    // A query that needs s1 finds it down: it is read again (catalog and
-    // all) only once a probe finds it back.
+    // s1, which owns a third of the vectors now, is down.
     assert!(client.query("R:0-47", Format::Count).is_err());
     assert_eq!(client.delete(&[(gone, gone)]).unwrap(), 1);
     oracle.delete(gone, gone);
@@ -465,9 +464,63 @@ fn a_copy_left_on_a_slave_that_no_longer_owns_it_does_not_bring_back_a_deleted_v
         }) => {}
         other => panic!("P:{gone} was deleted, got {other:?}"),
     }
-    assert!(
-        client.status().unwrap().iter().all(|slave| slave.up),
-        "{:?}",
-        client.status()
-    );
+}
+
+#[test]
+fn a_slave_removed_with_an_update_pending_is_caught_up_when_it_is_added_back() {
+    // s3 misses a clear (the master records it as waiting for s3), is
+    // removed from the cluster, then added back with its old data: the
+    // move that adds it must catch it up, not wait on itself.
+    let mut cluster = Cluster::start(4, 2);
+    let mut oracle = load(&cluster, 29);
+    let client = cluster.client();
+    let placement = bitfold_rpc::placement::Placement {
+        slaves: 4,
+        replicas: 2,
+        group: 1,
+    };
+    let vid = (0..48u64)
+        .find(|&vid| placement.owners(vid).contains(&3))
+        .expect("s3 owns some vid");
+    let bit = *oracle.vectors[&vid].first().unwrap();
+    cluster.kill_slave(3);
+    let cleared = bitfold_engine::VectorBuf::from_bits(vec![bit]);
+    match client.clear(&[(vid, cleared.as_part())]) {
+        Err(Error::Query { message, .. }) => assert!(
+            message.contains("the update is recorded but not yet complete"),
+            "{message}"
+        ),
+        other => panic!("a clear with s3 dead cannot complete: {other:?}"),
+    }
+    oracle.clear(vid, [bit]);
+    cluster.write_cluster_file(3, 2);
+    let run = cluster.cli(&["rebalance"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert_all(&client, &oracle);
+
+    cluster
+        .restart_slave(3)
+        .expect("s3 restarts with its old data");
+    cluster.write_cluster_file(4, 2);
+    let (done, finished) = std::sync::mpsc::channel();
+    let addr = cluster.master_addr();
+    std::thread::spawn(move || {
+        let client = Client::connect(&addr).unwrap();
+        let moved = loop {
+            match client.rebalance(2048) {
+                Ok(progress) if !progress.finished => continue,
+                other => break other.map(|_| ()),
+            }
+        };
+        let _ = done.send(moved);
+    });
+    let moved = finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the move adding s3 back finishes within a minute");
+    moved.expect("the move adding s3 back succeeds");
+    wait_until_all_up(&client);
+    assert_all(&client, &oracle);
+    let held = owned(&oracle, 4, 2);
+    wait_until_placed(&client, &held);
+    assert_each_slave_can_fail(&mut cluster, &oracle, &held);
 }

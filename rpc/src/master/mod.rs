@@ -111,7 +111,7 @@ pub fn run_until(
             metrics::serve(listen, move || master.render_metrics()).await?;
         }
         let sent = state.sent.clone();
-        state.probe_round().await;
+        state.probe_round(probe::Writes::Take).await;
         tokio::task::spawn_local(probe::probe_loop(state.clone()));
         tokio::task::spawn_local(refill::refill_loop(state.clone()));
         let client: master::Client = capnp_rpc::new_client_from_rc(state);
@@ -330,7 +330,7 @@ impl master::Server for Master {
         mut results: master::PlacementResults,
     ) -> Result<(), capnp::Error> {
         // Only the slaves that need it: `status` has just probed them all.
-        self.probe_round().await;
+        self.probe_round(probe::Writes::Take).await;
         self.placement_report(results.get().init_report());
         Ok(())
     }

@@ -14,25 +14,37 @@ use crate::catalog::Catalog;
 pub(super) async fn probe_loop(master: Rc<Master>) {
     loop {
         tokio::time::sleep(master.options.probe_interval).await;
-        master.probe_round().await;
+        master.probe_round(Writes::Take).await;
     }
+}
+
+/// Whether the caller of a probe holds the master's write lock: a slave
+/// that missed updates is caught up under it, so a caller that holds it
+/// (a move adding or finding slaves) must say so, or the probe waits on it
+/// forever.
+#[derive(Clone, Copy)]
+pub(super) enum Writes {
+    /// Take the lock to catch a slave up.
+    Take,
+    /// The caller holds it.
+    Held,
 }
 
 impl Master {
     /// Probes every slave that is down or whose catalog is not merged yet.
-    pub(super) async fn probe_round(&self) {
+    pub(super) async fn probe_round(&self, writes: Writes) {
         let pending: Vec<usize> = {
             let slaves = self.slaves.borrow();
             (0..slaves.len())
                 .filter(|&i| !slaves[i].up || !slaves[i].synced)
                 .collect()
         };
-        futures::future::join_all(pending.into_iter().map(|i| self.probe(i))).await;
+        futures::future::join_all(pending.into_iter().map(|i| self.probe(i, writes))).await;
     }
 
     /// Asks slave `index` for its health (and its catalog, when it was not
     /// merged since the slave came up) and records what it says.
-    pub(super) async fn probe(&self, index: usize) {
+    pub(super) async fn probe(&self, index: usize, writes: Writes) {
         let addr = self.layout().slaves()[index].addr.clone();
         let timeout = self.options.health_timeout();
         let health = self
@@ -60,15 +72,19 @@ impl Master {
             // Updates it missed first: merging its catalog before would
             // bring back the vectors it has not deleted yet.
             if !self.journal.borrow().waiting_for(index).is_empty() {
-                let _writing = self.writes.lock().await;
+                let _writing = match writes {
+                    Writes::Take => Some(self.writes.lock().await),
+                    Writes::Held => None,
+                };
                 if let Err(reason) = self.catch_up(index).await {
                     return self.mark_down(index, &format!("catching up on updates: {reason}"));
                 }
             }
-            match self.sync_catalog(index, &addr).await {
-                Ok(held) => self.note_lacking(index, &held),
+            let held = match self.sync_catalog(index, &addr).await {
+                Ok(held) => held,
                 Err(reason) => return self.mark_down(index, &reason),
-            }
+            };
+            self.note_lacking(index, &held);
         }
         if self.slaves.borrow_mut()[index].come_up() {
             tracing::info!("slave {} is up", self.slave_name(index));
@@ -119,7 +135,7 @@ impl Master {
     /// Probes every slave, then writes what the master knows of each.
     pub(super) async fn status(&self, results: &mut master::StatusResults) {
         let all = 0..self.layout().slaves().len();
-        futures::future::join_all(all.map(|i| self.probe(i))).await;
+        futures::future::join_all(all.map(|i| self.probe(i, Writes::Take))).await;
         let slaves = self.slaves.borrow();
         let layout = self.layout();
         let mut list = results.get().init_slaves(slaves.len() as u32);

@@ -19,6 +19,7 @@ use std::rc::Rc;
 use super::Master;
 use super::copy::{CopyError, read_changed};
 use super::layout::Layout;
+use super::probe::Writes;
 use super::recorded::{self, Move};
 use super::reply::Failure;
 use super::slaves::SlaveState;
@@ -48,7 +49,7 @@ impl Master {
                 Some(target) => {
                     // The slaves it adds take writes from now on: contact them.
                     let new = layout.slaves().len()..target.slaves.len();
-                    futures::future::join_all(new.map(|i| self.probe(i))).await;
+                    futures::future::join_all(new.map(|i| self.probe(i, Writes::Held))).await;
                     target
                 }
                 None => {
@@ -208,7 +209,7 @@ impl Master {
         // A slave marked down that has taken copies since (restarted during
         // the move) is up: know it now rather than at the next probe, so
         // that its vectors answer as soon as the move is reported finished.
-        self.probe_round().await;
+        self.probe_round(Writes::Held).await;
         Ok(removed)
     }
 
