@@ -421,7 +421,7 @@ fn lowering_replicas_removes_more_surplus_copies_than_one_update_carries() {
 fn a_copy_left_on_a_slave_that_no_longer_owns_it_does_not_bring_back_a_deleted_vector() {
     // Lowering replicas while s1 is down leaves its surplus copies on it;
     // a vector deleted afterwards (from its one owner) must stay deleted
-    // when s1 comes back holding its old copy.
+    // when s1 comes back holding its old copy, and the copies be deleted.
     let mut cluster = Cluster::start(3, 2);
     let mut oracle = load(&cluster, 28);
     let client = cluster.client();
@@ -464,6 +464,9 @@ fn a_copy_left_on_a_slave_that_no_longer_owns_it_does_not_bring_back_a_deleted_v
         }) => {}
         other => panic!("P:{gone} was deleted, got {other:?}"),
     }
+    // And the copies s1 no longer owns, the deleted one among them, are
+    // gone from it: each slave holds exactly what it owns.
+    wait_until_placed(&client, &owned(&oracle, 3, 1));
 }
 
 #[test]

@@ -84,6 +84,9 @@ impl Master {
                 Ok(held) => held,
                 Err(reason) => return self.mark_down(index, &reason),
             };
+            if let Err(reason) = self.drop_surplus(index, &held, writes).await {
+                return self.mark_down(index, &reason);
+            }
             self.note_lacking(index, &held);
         }
         if self.slaves.borrow_mut()[index].come_up() {
@@ -130,6 +133,47 @@ impl Master {
             .await
             .map_err(|e| format!("the master could not record its catalog: {e}"))?;
         Ok(vids)
+    }
+
+    /// Deletes from slave `index` the copies among `held` that it owns under
+    /// no layout in force: copies a move could not delete while it was
+    /// down. Never read, one could still turn wrong: the vector deleted
+    /// since, and the slave made its owner again by a later move (which
+    /// copies only existing vectors), an import of that vid would be ORed
+    /// into the old bits.
+    async fn drop_surplus(&self, index: usize, held: &[u64], writes: Writes) -> Result<(), String> {
+        let not_owned =
+            |layout: &super::layout::Layout, vid: u64| !layout.write_owners(vid).contains(&index);
+        if !held.iter().any(|&vid| not_owned(&self.layout(), vid)) {
+            return Ok(());
+        }
+        // A move changes the layout under the write lock: what is surplus
+        // stays surplus while the deletes are sent.
+        let _writing = match writes {
+            Writes::Take => Some(self.writes.lock().await),
+            Writes::Held => None,
+        };
+        let layout = self.layout();
+        let surplus: Vec<u64> = held
+            .iter()
+            .copied()
+            .filter(|&vid| not_owned(&layout, vid))
+            .collect();
+        self.send_deletes(&layout, index, &surplus)
+            .await
+            .map_err(|reason| {
+                format!(
+                    "it holds {} copies it no longer owns, which could not be deleted: {reason}",
+                    surplus.len()
+                )
+            })?;
+        tracing::info!(
+            "slave {} held {} copies it no longer owns (left by a move while it was down); \
+             they are deleted",
+            self.slave_name(index),
+            surplus.len()
+        );
+        Ok(())
     }
 
     /// Probes every slave, then writes what the master knows of each.

@@ -194,11 +194,19 @@ impl Master {
         for (owner, vids, deleted) in futures::future::join_all(deletes).await {
             match deleted {
                 Ok(()) => removed += vids.len() as u64,
-                Err(reason) => tracing::warn!(
-                    "{} keeps {} copies it no longer owns ({reason}); they are never read",
-                    old.slaves()[owner].name,
-                    vids.len()
-                ),
+                Err(reason) => {
+                    tracing::warn!(
+                        "{} keeps {} copies it no longer owns ({reason}); they are never \
+                         read, and are deleted once it answers again",
+                        old.slaves()[owner].name,
+                        vids.len()
+                    );
+                    // Down, it is read again (catalog and all) before it is
+                    // used, and its surplus deleted then.
+                    if owner < self.layout().slaves().len() {
+                        self.mark_down(owner, &reason);
+                    }
+                }
             }
         }
         self.record(recorded::end_move)?;
@@ -214,7 +222,7 @@ impl Master {
     }
 
     /// Deletes `vids` on slave `owner` of `layout`.
-    async fn send_deletes(
+    pub(super) async fn send_deletes(
         &self,
         layout: &Layout,
         owner: usize,
