@@ -13,9 +13,20 @@ fn load(cluster: &Cluster, seed: u64) -> Oracle {
     Oracle::load(cluster, seed, 48, 200, 100_000)
 }
 
+/// Every vid of 0..48 answers as the oracle says (a deleted one is not
+/// found), and so do ranges over them.
 fn assert_all(client: &Client, oracle: &Oracle) {
     for vid in 0..48u64 {
-        assert_answer(client, &format!("P:{vid}"), &oracle.vectors[&vid]);
+        match oracle.vectors.get(&vid) {
+            Some(bits) => assert_answer(client, &format!("P:{vid}"), bits),
+            None => match client.query(&format!("P:{vid}"), Format::Count) {
+                Err(Error::Query {
+                    kind: ErrorKind::NotFound,
+                    ..
+                }) => {}
+                other => panic!("P:{vid} was deleted, got {other:?}"),
+            },
+        }
     }
     for terms in [&[(0, 47)][..], &[(0, 23), (12, 40)], &[(7, 7), (0, 9)]] {
         assert_answer(client, &Oracle::range_query(terms), &oracle.range(terms));
@@ -447,26 +458,27 @@ fn a_copy_left_on_a_slave_that_no_longer_owns_it_does_not_bring_back_a_deleted_v
     wait_until_all_up(&client);
     // s1 has been probed and its catalog read: every vector as before, and
     // the deleted one stays gone.
-    for (vid, bits) in &oracle.vectors {
-        assert_answer(&client, &format!("P:{vid}"), bits);
-    }
-    for terms in [
-        &[(0, 47)][..],
-        &[(gone, gone), (0, 47)],
-        &[(0, 23), (12, 40)],
-    ] {
-        assert_answer(&client, &Oracle::range_query(terms), &oracle.range(terms));
-    }
-    match client.query(&format!("P:{gone}"), Format::Count) {
-        Err(Error::Query {
-            kind: ErrorKind::NotFound,
-            ..
-        }) => {}
-        other => panic!("P:{gone} was deleted, got {other:?}"),
-    }
+    assert_all(&client, &oracle);
+    let term = [(gone, gone), (0, 47)];
+    assert_answer(&client, &Oracle::range_query(&term), &oracle.range(&term));
     // And the copies s1 no longer owns, the deleted one among them, are
     // gone from it: each slave holds exactly what it owns.
     wait_until_placed(&client, &owned(&oracle, 3, 1));
+}
+
+/// The first vid of `oracle` that s3 owns in a cluster of 4 slaves with
+/// 2 copies.
+fn owned_by_s3(oracle: &Oracle) -> u64 {
+    let placement = bitfold_rpc::placement::Placement {
+        slaves: 4,
+        replicas: 2,
+        group: 1,
+    };
+    *oracle
+        .vectors
+        .keys()
+        .find(|&&vid| placement.owners(vid).contains(&3))
+        .expect("s3 owns some vid")
 }
 
 #[test]
@@ -477,14 +489,7 @@ fn a_slave_removed_with_an_update_pending_is_caught_up_when_it_is_added_back() {
     let mut cluster = Cluster::start(4, 2);
     let mut oracle = load(&cluster, 29);
     let client = cluster.client();
-    let placement = bitfold_rpc::placement::Placement {
-        slaves: 4,
-        replicas: 2,
-        group: 1,
-    };
-    let vid = (0..48u64)
-        .find(|&vid| placement.owners(vid).contains(&3))
-        .expect("s3 owns some vid");
+    let vid = owned_by_s3(&oracle);
     let bit = *oracle.vectors[&vid].first().unwrap();
     cluster.kill_slave(3);
     let cleared = bitfold_engine::VectorBuf::from_bits(vec![bit]);
@@ -521,6 +526,38 @@ fn a_slave_removed_with_an_update_pending_is_caught_up_when_it_is_added_back() {
         .recv_timeout(Duration::from_secs(60))
         .expect("the move adding s3 back finishes within a minute");
     moved.expect("the move adding s3 back succeeds");
+    wait_until_all_up(&client);
+    assert_all(&client, &oracle);
+    let held = owned(&oracle, 4, 2);
+    wait_until_placed(&client, &held);
+    assert_each_slave_can_fail(&mut cluster, &oracle, &held);
+}
+
+#[test]
+fn a_slave_added_back_with_old_data_serves_nothing_deleted_while_it_was_away() {
+    // s3 is removed while down, so it keeps every copy it held; a vector
+    // it owned is deleted; s3 is then added back with that data.
+    let mut cluster = Cluster::start(4, 2);
+    let mut oracle = load(&cluster, 30);
+    let client = cluster.client();
+    let gone = owned_by_s3(&oracle);
+    cluster.kill_slave(3);
+    // `status` probes every slave: s3 is known down, and the move copies
+    // its vectors from their other owners.
+    assert!(!client.status().unwrap()[3].up);
+    cluster.write_cluster_file(3, 2);
+    let run = cluster.cli(&["rebalance"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert_eq!(client.delete(&[(gone, gone)]).unwrap(), 1);
+    oracle.delete(gone, gone);
+    assert_all(&client, &oracle);
+
+    cluster
+        .restart_slave(3)
+        .expect("s3 restarts with its old data");
+    cluster.write_cluster_file(4, 2);
+    let run = cluster.cli(&["rebalance"]);
+    assert!(run.status.success(), "{}", stderr(&run));
     wait_until_all_up(&client);
     assert_all(&client, &oracle);
     let held = owned(&oracle, 4, 2);

@@ -96,13 +96,16 @@ impl Master {
         }
     }
 
-    /// Merges the vids slave `index` (at `addr`) holds and owns into the
-    /// catalog (durably); returns every vid it holds, ascending.
+    /// Merges into the catalog (durably) the vids slave `index` (at `addr`)
+    /// holds and owns under the layout queries read; returns every vid it
+    /// holds, ascending.
     ///
-    /// A copy it holds but does not own (left by a move that could not
-    /// delete it) is never read, and may be of a vector deleted since from
-    /// its owners: taken into the catalog, it would bring that vector back
-    /// and have its owners asked for what they rightly lack.
+    /// Only what it owns for reading: a copy it holds otherwise is either
+    /// one a move could not delete while it was down, or one it kept from
+    /// before a move took it out of the cluster and now adds it back; such
+    /// a copy may be of a vector deleted since, which taken into the
+    /// catalog would come back, its owners asked for what they rightly
+    /// lack. (A vector being copied to it by a move is on its other owners.)
     async fn sync_catalog(&self, index: usize, addr: &str) -> Result<Vec<u64>, String> {
         let response = self
             .pool
@@ -128,27 +131,32 @@ impl Master {
         let owned = vids
             .iter()
             .copied()
-            .filter(|&vid| layout.write_owners(vid).contains(&index));
+            .filter(|&vid| layout.read_owners(vid).contains(&index));
         Catalog::insert(&self.catalog, owned)
             .await
             .map_err(|e| format!("the master could not record its catalog: {e}"))?;
         Ok(vids)
     }
 
-    /// Deletes from slave `index` the copies among `held` that it owns under
-    /// no layout in force: copies a move could not delete while it was
-    /// down. Never read, one could still turn wrong: the vector deleted
-    /// since, and the slave made its owner again by a later move (which
-    /// copies only existing vectors), an import of that vid would be ORed
-    /// into the old bits.
+    /// Deletes from slave `index` the copies among `held` that nothing
+    /// needs: those it owns under no layout in force (a move could not
+    /// delete them while it was down), and, for a layout it is only moving
+    /// to, those of vectors that no longer exist (kept from before a move
+    /// took it out of the cluster). Never read, such a copy could still
+    /// turn wrong: once the slave owns that vid again, an import of it
+    /// would be ORed into the old bits. What it gains of existing vectors
+    /// the move copies over.
     async fn drop_surplus(&self, index: usize, held: &[u64], writes: Writes) -> Result<(), String> {
-        let not_owned =
-            |layout: &super::layout::Layout, vid: u64| !layout.write_owners(vid).contains(&index);
-        if !held.iter().any(|&vid| not_owned(&self.layout(), vid)) {
+        let needed = |layout: &super::layout::Layout, vid: u64| {
+            layout.read_owners(vid).contains(&index)
+                || (layout.write_owners(vid).contains(&index)
+                    && self.catalog.borrow().contains(vid))
+        };
+        if held.iter().all(|&vid| needed(&self.layout(), vid)) {
             return Ok(());
         }
-        // A move changes the layout under the write lock: what is surplus
-        // stays surplus while the deletes are sent.
+        // Moves, imports and updates change both under the write lock:
+        // what is surplus stays surplus while the deletes are sent.
         let _writing = match writes {
             Writes::Take => Some(self.writes.lock().await),
             Writes::Held => None,
@@ -157,19 +165,19 @@ impl Master {
         let surplus: Vec<u64> = held
             .iter()
             .copied()
-            .filter(|&vid| not_owned(&layout, vid))
+            .filter(|&vid| !needed(&layout, vid))
             .collect();
         self.send_deletes(&layout, index, &surplus)
             .await
             .map_err(|reason| {
                 format!(
-                    "it holds {} copies it no longer owns, which could not be deleted: {reason}",
+                    "it holds {} copies nothing needs, which could not be deleted: {reason}",
                     surplus.len()
                 )
             })?;
         tracing::info!(
-            "slave {} held {} copies it no longer owns (left by a move while it was down); \
-             they are deleted",
+            "slave {} held {} copies nothing needs (left while it was down or out of the \
+             cluster); they are deleted",
             self.slave_name(index),
             surplus.len()
         );
