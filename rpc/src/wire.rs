@@ -279,12 +279,11 @@ where
     T: capnp::traits::OwnedStruct,
     T::Reader<'a>: IntoInternalStructReader<'a>,
 {
-    let Some(first) = list.try_get(0) else {
-        return Ok(());
-    };
-    // A size that does not read comes of a pointer, which takes a word.
-    let size = first.into_internal_struct_reader().total_size();
-    if size.is_ok_and(|size| size.word_count == 0) {
+    // The list's step, its elements' data and pointer words, read from the
+    // list pointer alone: an element's total size would walk everything
+    // its pointers reach, which a message can make a DAG of (1 KiB of it
+    // took 2 s of the 2^27-word traversal limit to size).
+    if !list.is_empty() && capnp::raw::get_list_step_size_in_bits(list) == 0 {
         return Err(capnp::Error::failed(format!(
             "a list of {} {what} that take no words",
             list.len()
