@@ -25,7 +25,6 @@ use bitfold_engine::{CONTAINER_WORDS, ContainerRef, MalformedPart, PART_MAX_DENS
 use bytemuck::Pod;
 
 use capnp::struct_list;
-use capnp::traits::IntoInternalStructReader;
 
 use crate::bitfold_capnp::{change, part, vid_vector};
 use crate::net::MAX_MESSAGE_WORDS;
@@ -274,15 +273,14 @@ pub(crate) fn at_most(len: u32, most: u32, what: &str) -> capnp::Result<()> {
 /// while reading one into a `Vec` keeps 16 to 72 bytes an element: a few
 /// bytes could make the reader allocate gigabytes (docs/protocol.md §7,
 /// Limits). Every element of a list has the first one's size.
-pub(crate) fn check_sized<'a, T>(list: struct_list::Reader<'a, T>, what: &str) -> capnp::Result<()>
+pub(crate) fn check_sized<T>(list: struct_list::Reader<'_, T>, what: &str) -> capnp::Result<()>
 where
     T: capnp::traits::OwnedStruct,
-    T::Reader<'a>: IntoInternalStructReader<'a>,
 {
     // The list's step, its elements' data and pointer words, read from the
     // list pointer alone: an element's total size would walk everything
-    // its pointers reach, which a message can make a DAG of (1 KiB of it
-    // took 2 s of the 2^27-word traversal limit to size).
+    // its pointers reach, which a message can make a DAG of (a 1 KiB input
+    // took 2 s to size).
     if !list.is_empty() && capnp::raw::get_list_step_size_in_bits(list) == 0 {
         return Err(capnp::Error::failed(format!(
             "a list of {} {what} that take no words",
