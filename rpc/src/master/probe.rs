@@ -5,6 +5,8 @@
 use std::rc::Rc;
 use std::time::SystemTime;
 
+use tokio::sync::{Mutex, MutexGuard};
+
 use super::Master;
 use super::slaves::Holdings;
 use crate::bitfold_capnp::master;
@@ -28,6 +30,16 @@ pub(super) enum Writes {
     Take,
     /// The caller holds it.
     Held,
+}
+
+impl Writes {
+    /// The write lock `writes`, taken unless the caller holds it already.
+    async fn hold(self, writes: &Mutex<()>) -> Option<MutexGuard<'_, ()>> {
+        match self {
+            Writes::Take => Some(writes.lock().await),
+            Writes::Held => None,
+        }
+    }
 }
 
 impl Master {
@@ -72,10 +84,7 @@ impl Master {
             // Updates it missed first: merging its catalog before would
             // bring back the vectors it has not deleted yet.
             if !self.journal.borrow().waiting_for(index).is_empty() {
-                let _writing = match writes {
-                    Writes::Take => Some(self.writes.lock().await),
-                    Writes::Held => None,
-                };
+                let _writing = writes.hold(&self.writes).await;
                 if let Err(reason) = self.catch_up(index).await {
                     return self.mark_down(index, &format!("catching up on updates: {reason}"));
                 }
@@ -157,10 +166,7 @@ impl Master {
         }
         // Moves, imports and updates change both under the write lock:
         // what is surplus stays surplus while the deletes are sent.
-        let _writing = match writes {
-            Writes::Take => Some(self.writes.lock().await),
-            Writes::Held => None,
-        };
+        let _writing = writes.hold(&self.writes).await;
         let layout = self.layout();
         let surplus: Vec<u64> = held
             .iter()
