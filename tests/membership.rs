@@ -3,6 +3,7 @@
 //! partners, and a lost vector is `unavailable`, never answered without it.
 
 use std::collections::BTreeSet;
+use std::process::Output;
 use std::time::Duration;
 
 use bitfold_rpc::client::{Answer, Client, Error, ErrorKind, Format};
@@ -165,6 +166,29 @@ fn assert_each_slave_can_fail(cluster: &mut Cluster, oracle: &Oracle, held: &[u6
     }
 }
 
+/// Rewrites the cluster file to the first `slaves` slaves with `replicas`
+/// copies and runs `bitfold rebalance`, which must succeed; its output.
+fn rebalance_to(cluster: &Cluster, slaves: usize, replicas: usize) -> Output {
+    cluster.write_cluster_file(slaves, replicas);
+    let run = cluster.cli(&["rebalance"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    run
+}
+
+/// Waits until each slave holds exactly what it owns with `slaves` slaves
+/// and `replicas` copies, then checks every answer with each slave down in
+/// turn.
+fn assert_placed_and_each_can_fail(
+    cluster: &mut Cluster,
+    oracle: &Oracle,
+    slaves: usize,
+    replicas: usize,
+) {
+    let held = owned(oracle, slaves, replicas);
+    wait_until_placed(&cluster.client(), &held);
+    assert_each_slave_can_fail(cluster, oracle, &held);
+}
+
 /// Rebalances step by step; between steps, queries answer exactly and
 /// imports and clears of other vectors are applied (and kept after the move).
 fn rebalance_under_load(cluster: &Cluster, oracle: &mut Oracle) {
@@ -268,9 +292,7 @@ fn a_move_onto_a_slave_that_is_down_stops_and_resumes_once_it_is_back() {
 fn the_last_slave_is_removed_after_its_vectors_moved_off() {
     let mut cluster = Cluster::start(4, 2);
     let oracle = load(&cluster, 24);
-    cluster.write_cluster_file(3, 2);
-    let run = cluster.cli(&["rebalance"]);
-    assert!(run.status.success(), "{}", stderr(&run));
+    let run = rebalance_to(&cluster, 3, 2);
     assert!(
         crate::util::stdout(&run).starts_with("every vector is on its owners"),
         "{}",
@@ -278,9 +300,7 @@ fn the_last_slave_is_removed_after_its_vectors_moved_off() {
     );
     cluster.kill_slave(3);
     let client = cluster.client();
-    let held = owned(&oracle, 3, 2);
-    wait_until_placed(&client, &held);
-    assert_each_slave_can_fail(&mut cluster, &oracle, &held);
+    assert_placed_and_each_can_fail(&mut cluster, &oracle, 3, 2);
     // Reordering is not an allowed edit: refused, nothing moved.
     let before = client.status().unwrap();
     std::fs::write(
@@ -306,13 +326,8 @@ fn the_last_slave_is_removed_after_its_vectors_moved_off() {
 fn raising_replicas_makes_every_vector_survive_one_failure() {
     let mut cluster = Cluster::start(3, 1);
     let oracle = load(&cluster, 25);
-    cluster.write_cluster_file(3, 2);
-    let run = cluster.cli(&["rebalance"]);
-    assert!(run.status.success(), "{}", stderr(&run));
-    let client = cluster.client();
-    let held = owned(&oracle, 3, 2);
-    wait_until_placed(&client, &held);
-    assert_each_slave_can_fail(&mut cluster, &oracle, &held);
+    rebalance_to(&cluster, 3, 2);
+    assert_placed_and_each_can_fail(&mut cluster, &oracle, 3, 2);
 }
 
 #[test]
@@ -320,14 +335,10 @@ fn a_slave_replaced_by_a_new_machine_is_refilled() {
     let mut cluster = Cluster::start(4, 2);
     let oracle = load(&cluster, 26);
     cluster.replace_slave(1);
-    cluster.write_cluster_file(4, 2);
-    let run = cluster.cli(&["rebalance"]);
-    assert!(run.status.success(), "{}", stderr(&run));
+    rebalance_to(&cluster, 4, 2);
     let client = cluster.client();
     assert_all(&client, &oracle);
-    let held = owned(&oracle, 4, 2);
-    wait_until_placed(&client, &held);
-    assert_each_slave_can_fail(&mut cluster, &oracle, &held);
+    assert_placed_and_each_can_fail(&mut cluster, &oracle, 4, 2);
 }
 
 /// Kills s1 of a 2-slave, 2-replica cluster and imports new bits into
@@ -406,9 +417,7 @@ fn lowering_replicas_removes_more_surplus_copies_than_one_update_carries() {
     let cluster = Cluster::start(2, 2);
     let client = cluster.client();
     crate::util::import_one_bit_each(&client, 600_000, 4096);
-    cluster.write_cluster_file(2, 1);
-    let run = cluster.cli(&["rebalance"]);
-    assert!(run.status.success(), "{}", stderr(&run));
+    let run = rebalance_to(&cluster, 2, 1);
     let out = crate::util::stdout(&run);
     assert!(out.contains("removed 600000 surplus copies"), "{out}");
     let placement = bitfold_rpc::placement::Placement {
@@ -447,9 +456,7 @@ fn a_copy_left_on_a_slave_that_no_longer_owns_it_does_not_bring_back_a_deleted_v
         })
         .expect("s1 is the second owner of some vid");
     cluster.kill_slave(1);
-    cluster.write_cluster_file(3, 1);
-    let run = cluster.cli(&["rebalance"]);
-    assert!(run.status.success(), "{}", stderr(&run));
+    rebalance_to(&cluster, 3, 1);
     // s1, which owns a third of the vectors now, is down.
     assert!(client.query("R:0-47", Format::Count).is_err());
     assert_eq!(client.delete(&[(gone, gone)]).unwrap(), 1);
@@ -501,9 +508,7 @@ fn a_slave_removed_with_an_update_pending_is_caught_up_when_it_is_added_back() {
         other => panic!("a clear with s3 dead cannot complete: {other:?}"),
     }
     oracle.clear(vid, [bit]);
-    cluster.write_cluster_file(3, 2);
-    let run = cluster.cli(&["rebalance"]);
-    assert!(run.status.success(), "{}", stderr(&run));
+    rebalance_to(&cluster, 3, 2);
     assert_all(&client, &oracle);
 
     cluster
@@ -528,9 +533,7 @@ fn a_slave_removed_with_an_update_pending_is_caught_up_when_it_is_added_back() {
     moved.expect("the move adding s3 back succeeds");
     wait_until_all_up(&client);
     assert_all(&client, &oracle);
-    let held = owned(&oracle, 4, 2);
-    wait_until_placed(&client, &held);
-    assert_each_slave_can_fail(&mut cluster, &oracle, &held);
+    assert_placed_and_each_can_fail(&mut cluster, &oracle, 4, 2);
 }
 
 #[test]
@@ -545,9 +548,7 @@ fn a_slave_added_back_with_old_data_serves_nothing_deleted_while_it_was_away() {
     // `status` probes every slave: s3 is known down, and the move copies
     // its vectors from their other owners.
     assert!(!client.status().unwrap()[3].up);
-    cluster.write_cluster_file(3, 2);
-    let run = cluster.cli(&["rebalance"]);
-    assert!(run.status.success(), "{}", stderr(&run));
+    rebalance_to(&cluster, 3, 2);
     assert_eq!(client.delete(&[(gone, gone)]).unwrap(), 1);
     oracle.delete(gone, gone);
     assert_all(&client, &oracle);
@@ -555,12 +556,8 @@ fn a_slave_added_back_with_old_data_serves_nothing_deleted_while_it_was_away() {
     cluster
         .restart_slave(3)
         .expect("s3 restarts with its old data");
-    cluster.write_cluster_file(4, 2);
-    let run = cluster.cli(&["rebalance"]);
-    assert!(run.status.success(), "{}", stderr(&run));
+    rebalance_to(&cluster, 4, 2);
     wait_until_all_up(&client);
     assert_all(&client, &oracle);
-    let held = owned(&oracle, 4, 2);
-    wait_until_placed(&client, &held);
-    assert_each_slave_can_fail(&mut cluster, &oracle, &held);
+    assert_placed_and_each_can_fail(&mut cluster, &oracle, 4, 2);
 }
