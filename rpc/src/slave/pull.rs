@@ -6,8 +6,8 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use bitfold_engine::VectorBuf;
 use bitfold_engine::store::{Update, spawn_background};
+use bitfold_engine::{VectorBuf, VectorPart};
 
 use crate::bitfold_capnp::{fetched_copies, slave};
 use crate::wire;
@@ -26,6 +26,9 @@ pub(crate) struct Copies {
     /// Each vid answered, with its vector or `None`: the vectors sent in
     /// their order, then the vids missing.
     pub(crate) vectors: Vec<(u64, Option<VectorBuf>)>,
+    /// Bytes of the vectors' containers as they travelled (words, keys,
+    /// ends and values of every part).
+    pub(crate) bytes: u64,
 }
 
 /// `Slave.pull`.
@@ -56,17 +59,13 @@ pub(crate) async fn pull(
         })
         .await;
     let copied = fetched.and_then(|response| {
-        let read = |reply: slave::fetch_many_results::Reader<'_>| {
-            let bytes = reply.total_size()?.word_count * 8;
-            Ok((read_copies(reply.get_copies()?, &asked)?, bytes))
-        };
         response
             .get()
-            .and_then(read)
-            .map_err(|e: capnp::Error| format!("it answered a malformed message: {e}"))
+            .and_then(|reply| read_copies(reply.get_copies()?, &asked))
+            .map_err(|e| format!("it answered a malformed message: {e}"))
     });
     let mut reply = results.get();
-    let (copies, bytes) = match copied {
+    let copies = match copied {
         Ok(copied) => copied,
         Err(reason) => {
             reply
@@ -75,7 +74,7 @@ pub(crate) async fn pull(
             return Ok(());
         }
     };
-    let answered = copies.answered;
+    let (answered, bytes) = (copies.answered, copies.bytes);
     let vectors = copies.vectors.iter().filter(|(_, v)| v.is_some()).count() as u64;
     let store = slave.store.clone();
     let stored = in_background(move || {
@@ -146,12 +145,14 @@ pub(crate) fn read_copies(
         )));
     }
     let mut vectors = Vec::with_capacity(found.len() as usize + missing.len());
+    let mut bytes = 0;
     for vector in found.iter() {
         // As an import's: no full keys, which a source never writes (its
         // copies are stored vectors) and each of which, two bytes sent,
         // would take 8 KiB here.
         let parts = wire::read_parts(vector.get_parts()?)?;
         let views = wire::stored_views(&parts)?;
+        bytes += views.iter().map(VectorPart::byte_len).sum::<u64>();
         vectors.push((vector.get_vid(), Some(concatenate(&views)?)));
     }
     vectors.extend(missing.iter().map(|&vid| (vid, None)));
@@ -166,7 +167,11 @@ pub(crate) fn read_copies(
             "it did not send the first {answered} vids asked, each once, as vectors or missing"
         )));
     }
-    Ok(Copies { answered, vectors })
+    Ok(Copies {
+        answered,
+        vectors,
+        bytes,
+    })
 }
 
 #[cfg(test)]
@@ -211,6 +216,10 @@ mod tests {
             .map(|(vid, v)| (*vid, v.as_ref().map(|v| v.as_part().bits().collect())))
             .collect();
         assert_eq!(got, [(5, Some(vec![5])), (9, Some(vec![9])), (7, None)]);
+        // What a move reports as copied: the two vectors' containers.
+        let one_bit = VectorBuf::from_bits(vec![5]).as_part().byte_len();
+        assert!(one_bit > 0);
+        assert_eq!(copies.bytes, 2 * one_bit);
     }
 
     #[test]
