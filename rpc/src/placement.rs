@@ -92,8 +92,10 @@ impl Placement {
         owners(vid / self.group, self.slaves, self.replicas)
     }
 
-    /// The owner a query reads `vid` from, among those `up` says are live;
-    /// `None` when none is.
+    /// The owner a query reads `vid` from, among those `up` says are live,
+    /// where its term covers a whole aggregate block spanning groups (the
+    /// master reads other vids from whichever owners ask the fewest
+    /// machines); `None` when none is live.
     ///
     /// A slave can answer a block of vids with one stored aggregate only
     /// when it is asked for every vid of the block that it holds. So every

@@ -3,9 +3,11 @@
 //! For each term the master lists the existing vids in it (from the
 //! catalog, as runs of consecutive vids: a term costs its runs, never its
 //! width), picks one live owner per vid (per run of vids sharing their
-//! owners, unless an owner lacks some of them) and sorts the nodes, each a
-//! run of vids on one machine, by machine: one chain per term. A term with
-//! no existing vid makes the whole answer empty.
+//! owners, unless an owner lacks some of them: by replica class where the
+//! term covers an aggregate block spanning groups, else so that the query
+//! asks the fewest machines) and sorts the nodes, each a run of vids on one
+//! machine, by machine: one chain per term. A term with no existing vid
+//! makes the whole answer empty.
 
 use std::fmt;
 use std::str::FromStr;
@@ -15,6 +17,7 @@ use crate::catalog::Catalog;
 use crate::chain::{self, Node, VidRun};
 use crate::placement::Placement;
 use crate::query::Term;
+use bitfold_engine::store::AGGREGATE_LEVELS;
 
 /// How the master picks a query's coordinator among the live slaves.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -165,70 +168,113 @@ pub(crate) struct PlanShape {
     pub(crate) most: usize,
 }
 
-/// The existing vids of `term` as runs, ascending, each vid once (its
-/// spans may overlap).
-fn runs_of<'c>(catalog: &'c Catalog, term: &Term) -> impl Iterator<Item = VidRun> + 'c {
-    term.merged()
-        .into_iter()
-        .flat_map(move |span| catalog.runs(span.first, span.last))
+/// A piece of a term: vids sharing their owners and read block (or one
+/// vid), with where it may be read.
+enum Piece {
+    /// Read from this machine.
+    On(u32, VidRun),
+    /// Read from whichever of these owners the query asks anyway, each
+    /// able to serve it whole, the one its replica class prefers first.
+    Free(VidRun, Vec<usize>),
+}
+
+/// The width of the smallest aggregate blocks that span more than one
+/// group, if any: a slave answers such a block with its aggregate only when
+/// asked for every vid it holds in it, which the replica classes of
+/// [`Placement::reader`] arrange. A block within one group is held whole
+/// by each owner, so any owner answers it as cheaply.
+fn cross_group_block(group: u64) -> Option<u64> {
+    AGGREGATE_LEVELS.into_iter().find(|&width| width > group)
 }
 
 /// Plans `terms` over `catalog`; `usable(i, run)` says whether slave `i`
 /// may serve every vector of `run` (it is live and holds them all).
+///
+/// A piece of a term that covers its whole [`cross_group_block`] is read
+/// from its replica class's owner, so that block's aggregates serve it.
+/// Any other piece (a narrow term, or the ends of a wide one) may be read
+/// from any owner: those are chosen so that the query asks the fewest
+/// machines ([`settle`]), since each machine more is a request and a
+/// partial result more.
 pub(crate) fn plan(
     terms: &[Term],
     catalog: &Catalog,
     shape: PlanShape,
     usable: impl Fn(usize, VidRun) -> bool,
 ) -> Plan {
-    if terms.iter().any(|t| runs_of(catalog, t).next().is_none()) {
+    let merged: Vec<_> = terms.iter().map(Term::merged).collect();
+    let empty = |spans: &Vec<crate::query::Span>| {
+        spans
+            .iter()
+            .all(|span| catalog.runs(span.first, span.last).next().is_none())
+    };
+    if merged.iter().any(empty) {
         return Plan::Empty;
     }
     let placement = shape.placement;
+    let block = cross_group_block(placement.group);
     let mut named = 0u64;
-    let mut chains = Vec::with_capacity(terms.len());
+    let mut pieces: Vec<Vec<Piece>> = Vec::with_capacity(terms.len());
     let mut orphans = 0;
     let mut down = Vec::new();
-    for term in terms {
-        let mut chain = Chain::new();
-        for run in runs_of(catalog, term) {
-            // A run is cut where the owners or the preferred reader change
-            // (a group or a read block ends); each piece goes to its
-            // preferred reader whole when that may serve it all, else vid
-            // by vid to whichever owner may.
-            let mut first = run.first;
-            loop {
-                let last = (*placement.read_run(first).end()).min(run.last);
-                let piece = VidRun { first, last };
-                named += piece.count();
-                if named > shape.most as u64 {
-                    return Plan::TooMany { most: shape.most };
-                }
-                let owners = placement.owners(first);
-                match placement.preferred(&owners, first) {
-                    Some(reader) if usable(reader, piece) => {
-                        chain::push(&mut chain, reader as u32, piece);
+    for spans in &merged {
+        let mut term = Vec::new();
+        for span in spans {
+            for run in catalog.runs(span.first, span.last) {
+                // A run is cut where the owners or the preferred reader
+                // change (a group or a read block ends).
+                let mut first = run.first;
+                loop {
+                    let last = (*placement.read_run(first).end()).min(run.last);
+                    let piece = VidRun { first, last };
+                    named += piece.count();
+                    if named > shape.most as u64 {
+                        return Plan::TooMany { most: shape.most };
                     }
-                    _ => {
-                        for vid in piece.vids() {
-                            let one = VidRun::one(vid);
-                            match placement.reader_among(&owners, vid, |i| usable(i, one)) {
-                                Some(owner) => chain::push(&mut chain, owner as u32, one),
-                                None => {
-                                    orphans += 1;
-                                    down.extend_from_slice(&owners);
+                    let owners = placement.owners(first);
+                    let preferred = placement.preferred(&owners, first);
+                    let covered = block.is_some_and(|width| {
+                        let start = first - first % width;
+                        span.first <= start && span.last >= start + (width - 1)
+                    });
+                    let able: Vec<usize> = if covered {
+                        preferred
+                            .into_iter()
+                            .filter(|&r| usable(r, piece))
+                            .collect()
+                    } else {
+                        let others = owners.iter().copied().filter(|&o| Some(o) != preferred);
+                        preferred
+                            .into_iter()
+                            .chain(others)
+                            .filter(|&o| usable(o, piece))
+                            .collect()
+                    };
+                    match able.as_slice() {
+                        [] => {
+                            // No one owner may serve it all: vid by vid.
+                            for vid in piece.vids() {
+                                let one = VidRun::one(vid);
+                                match placement.reader_among(&owners, vid, |i| usable(i, one)) {
+                                    Some(owner) => term.push(Piece::On(owner as u32, one)),
+                                    None => {
+                                        orphans += 1;
+                                        down.extend_from_slice(&owners);
+                                    }
                                 }
                             }
                         }
+                        [only] => term.push(Piece::On(*only as u32, piece)),
+                        _ => term.push(Piece::Free(piece, able)),
                     }
+                    if last == run.last {
+                        break;
+                    }
+                    first = last + 1;
                 }
-                if last == run.last {
-                    break;
-                }
-                first = last + 1;
             }
         }
-        chains.push(by_machine(chain));
+        pieces.push(term);
     }
     if orphans > 0 {
         down.sort_unstable();
@@ -238,7 +284,74 @@ pub(crate) fn plan(
             down,
         };
     }
+    let asked = settle(&pieces, placement.slaves);
+    let chains = pieces
+        .iter()
+        .map(|term| {
+            let mut chain = Chain::new();
+            for piece in term {
+                let (machine, run) = match piece {
+                    Piece::On(machine, run) => (*machine, *run),
+                    Piece::Free(run, able) => {
+                        let reader = able.iter().find(|&&o| asked[o]);
+                        (
+                            *reader.expect("settle asks a reader of every piece") as u32,
+                            *run,
+                        )
+                    }
+                };
+                chain::push(&mut chain, machine, run);
+            }
+            by_machine(chain)
+        })
+        .collect();
     Plan::Chains(chains)
+}
+
+/// The machines a query asks: every one a piece must be read from, and
+/// for the free pieces none of those can read, greedily the machine able
+/// to read the most of them (the most as its class's first choice on a
+/// tie, then the next in a turn that moves from query to query), until
+/// each has one. The set is within a small factor of the fewest.
+fn settle(pieces: &[Vec<Piece>], slaves: usize) -> Vec<bool> {
+    let mut asked = vec![false; slaves];
+    for piece in pieces.iter().flatten() {
+        if let Piece::On(machine, _) = piece {
+            asked[*machine as usize] = true;
+        }
+    }
+    let mut open: Vec<(VidRun, &[usize])> = pieces
+        .iter()
+        .flatten()
+        .filter_map(|piece| match piece {
+            Piece::Free(run, able) if !able.iter().any(|&o| asked[o]) => {
+                Some((*run, able.as_slice()))
+            }
+            _ => None,
+        })
+        .collect();
+    let Some(&(first, _)) = open.first() else {
+        return asked;
+    };
+    // Ties go round the slaves, starting at a place the query's first
+    // open piece sets, so that no slave is everyone's first pick.
+    let turn = (first.first % slaves as u64) as usize;
+    let mut readable = vec![(0usize, 0usize); slaves];
+    while !open.is_empty() {
+        readable.fill((0, 0));
+        for (_, able) in &open {
+            for (i, &owner) in able.iter().enumerate() {
+                readable[owner].0 += 1;
+                readable[owner].1 += usize::from(i == 0);
+            }
+        }
+        let best = (0..slaves)
+            .max_by_key(|&s| (readable[s], std::cmp::Reverse((s + slaves - turn) % slaves)))
+            .expect("a free piece has owners");
+        asked[best] = true;
+        open.retain(|(_, able)| !able.contains(&best));
+    }
+    asked
 }
 
 /// `chain`, whose vids ascend, sorted by machine (then vid): a stable sort
@@ -327,6 +440,13 @@ pub(crate) fn coordinator(
 mod tests {
     use super::*;
     use crate::query::Span;
+
+    /// The existing vids of `term` as runs, ascending, each vid once.
+    fn runs_of<'c>(catalog: &'c Catalog, term: &Term) -> impl Iterator<Item = VidRun> + 'c {
+        term.merged()
+            .into_iter()
+            .flat_map(move |span| catalog.runs(span.first, span.last))
+    }
 
     fn catalog(vids: &[u64]) -> Catalog {
         Catalog::in_memory(vids.iter().copied())
@@ -478,6 +598,109 @@ mod tests {
                 merged,
                 "a machine's consecutive vids share one node: {chain:?}"
             );
+        }
+    }
+
+    /// The bench's cluster: 4 slaves, 2 copies, groups of 64 vids, 8,192 vectors.
+    fn four_in_pairs() -> (Catalog, PlanShape) {
+        let shape = PlanShape {
+            placement: Placement {
+                slaves: 4,
+                replicas: 2,
+                group: 64,
+            },
+            most: 1 << 20,
+        };
+        (catalog(&(0..8192).collect::<Vec<u64>>()), shape)
+    }
+
+    /// The machines `chains` ask, and each vid once with its machine.
+    fn asked(chains: &[Chain]) -> (Vec<u32>, Vec<(u32, u64)>) {
+        let mut machines: Vec<u32> = chains.iter().flatten().map(|n| n.machine).collect();
+        machines.sort_unstable();
+        machines.dedup();
+        (machines, chains.iter().flat_map(pairs).collect())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn narrow_terms_are_read_from_the_fewest_machines(
+            starts in proptest::collection::vec(0u64..8000, 1..5),
+            width in 1u64..192,
+        ) {
+            let (catalog, shape) = four_in_pairs();
+            let terms: Vec<Term> = starts.iter().map(|&s| term(s, s + width - 1)).collect();
+            let Plan::Chains(chains) = plan(&terms, &catalog, shape, |_, _| true) else {
+                panic!("a plan with chains")
+            };
+            let (machines, read) = asked(&chains);
+            // Every vid of every term, once per term, from one of its owners.
+            let expected: usize = starts.len() * width as usize;
+            proptest::prop_assert_eq!(read.len(), expected);
+            for &(machine, vid) in &read {
+                proptest::prop_assert!(shape.placement.owners(vid).contains(&(machine as usize)));
+            }
+            // The fewest machines holding a copy of every group read.
+            let groups: Vec<Vec<usize>> =
+                read.iter().map(|&(_, v)| shape.placement.owners(v)).collect();
+            let fewest = (1..16u32)
+                .filter(|set| groups.iter().all(|g| g.iter().any(|&o| set & (1 << o) != 0)))
+                .map(u32::count_ones)
+                .min()
+                .unwrap();
+            proptest::prop_assert_eq!(machines.len() as u32, fewest);
+        }
+    }
+
+    #[test]
+    fn narrow_queries_spread_their_reads_as_replica_classes_do() {
+        let (catalog, shape) = four_in_pairs();
+        let mut vids_read = [0usize; 4];
+        let mut by_class = [0usize; 4];
+        for i in 0..2000u64 {
+            let terms: Vec<Term> = (0..3)
+                .map(|t| {
+                    let start = bitfold_engine::mix::fmix64(i * 3 + t) % 8176;
+                    term(start, start + 15)
+                })
+                .collect();
+            let Plan::Chains(chains) = plan(&terms, &catalog, shape, |_, _| true) else {
+                panic!("a plan with chains")
+            };
+            for (machine, v) in asked(&chains).1 {
+                vids_read[machine as usize] += 1;
+                by_class[shape.placement.reader(v, |_| true).unwrap()] += 1;
+            }
+        }
+        // Each slave reads within a fifth of what it reads when every vid
+        // is read by its replica class (the groups' owners are not quite
+        // balanced over 8,192 vids, so neither share is a quarter).
+        for (read, class) in vids_read.iter().zip(by_class) {
+            assert!(
+                read * 5 > class * 4 && read * 5 < class * 6,
+                "{vids_read:?} read, {by_class:?} by replica class"
+            );
+        }
+    }
+
+    #[test]
+    fn a_term_covering_a_read_block_keeps_its_replica_class() {
+        let (catalog, shape) = four_in_pairs();
+        // 256-511 is a whole read block: its 256-vid aggregate serves it only
+        // if each slave is asked for every vid of it that it holds.
+        let terms = [term(250, 520), term(7000, 7010)];
+        let Plan::Chains(chains) = plan(&terms, &catalog, shape, |_, _| true) else {
+            panic!("a plan with chains")
+        };
+        let read = pairs(&chains[0]);
+        assert_eq!(read.len(), 271);
+        for (machine, vid) in read {
+            if (256..512).contains(&vid) {
+                assert_eq!(
+                    Some(machine as usize),
+                    shape.placement.reader(vid, |_| true)
+                );
+            }
         }
     }
 
