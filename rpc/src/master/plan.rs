@@ -15,7 +15,7 @@ use std::str::FromStr;
 use crate::bitfold_capnp::PlanKind;
 use crate::catalog::Catalog;
 use crate::chain::{self, Node, VidRun};
-use crate::placement::Placement;
+use crate::placement::{Placement, READ_BLOCK};
 use crate::query::Term;
 use bitfold_engine::store::AGGREGATE_LEVELS;
 
@@ -178,24 +178,29 @@ enum Piece {
     Free(VidRun, Vec<usize>),
 }
 
-/// The width of the smallest aggregate blocks that span more than one
-/// group, if any: a slave answers such a block with its aggregate only when
-/// asked for every vid it holds in it, which the replica classes of
-/// [`Placement::reader`] arrange. A block within one group is held whole
-/// by each owner, so any owner answers it as cheaply.
-fn cross_group_block(group: u64) -> Option<u64> {
-    AGGREGATE_LEVELS.into_iter().find(|&width| width > group)
+/// The width of the blocks a term read by replica class covers whole: the
+/// smallest aggregate blocks that span more than one group, at most a
+/// [`READ_BLOCK`]. A slave answers a block spanning groups with its
+/// aggregate only when asked for every vid it holds in it, which the
+/// replica classes of [`Placement::reader`] arrange; and a term of whole
+/// read blocks is a wide one, whose reads the classes spread over every
+/// replica. A narrower block within one group is held whole by each owner,
+/// so any owner answers it as cheaply.
+fn class_block(group: u64) -> u64 {
+    AGGREGATE_LEVELS
+        .into_iter()
+        .find(|&width| width > group)
+        .map_or(READ_BLOCK, |width| width.min(READ_BLOCK))
 }
 
 /// Plans `terms` over `catalog`; `usable(i, run)` says whether slave `i`
 /// may serve every vector of `run` (it is live and holds them all).
 ///
-/// A piece of a term that covers its whole [`cross_group_block`] is read
-/// from its replica class's owner, so that block's aggregates serve it.
-/// Any other piece (a narrow term, or the ends of a wide one) may be read
-/// from any owner: those are chosen so that the query asks the fewest
-/// machines ([`settle`]), since each machine more is a request and a
-/// partial result more.
+/// A piece of a term that covers its whole [`class_block`] is read from
+/// its replica class's owner. Any other piece (a narrow term, or the ends
+/// of a wide one) may be read from any owner: those are chosen so that the
+/// query asks the fewest machines ([`settle`]), since each machine more is
+/// a request and a partial result more.
 pub(crate) fn plan(
     terms: &[Term],
     catalog: &Catalog,
@@ -212,7 +217,7 @@ pub(crate) fn plan(
         return Plan::Empty;
     }
     let placement = shape.placement;
-    let block = cross_group_block(placement.group);
+    let block = class_block(placement.group);
     let mut named = 0u64;
     let mut pieces: Vec<Vec<Piece>> = Vec::with_capacity(terms.len());
     let mut orphans = 0;
@@ -233,10 +238,8 @@ pub(crate) fn plan(
                     }
                     let owners = placement.owners(first);
                     let preferred = placement.preferred(&owners, first);
-                    let covered = block.is_some_and(|width| {
-                        let start = first - first % width;
-                        span.first <= start && span.last >= start + (width - 1)
-                    });
+                    let start = first - first % block;
+                    let covered = span.first <= start && span.last >= start + (block - 1);
                     let able: Vec<usize> = if covered {
                         preferred
                             .into_iter()
@@ -701,6 +704,31 @@ mod tests {
                     shape.placement.reader(vid, |_| true)
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_wide_term_in_one_group_is_still_read_from_every_replica() {
+        let catalog = catalog(&(0..8192).collect::<Vec<u64>>());
+        let shape = PlanShape {
+            placement: Placement {
+                slaves: 4,
+                replicas: 2,
+                group: 4096,
+            },
+            most: 1 << 20,
+        };
+        let Plan::Chains(chains) = plan(&[term(0, 4095)], &catalog, shape, |_, _| true) else {
+            panic!("a plan with chains")
+        };
+        // Both owners of the one group read, one 256-vid read block each in turn.
+        let (machines, read) = asked(&chains);
+        assert_eq!(machines.len(), 2, "{machines:?}");
+        for (machine, vid) in read {
+            assert_eq!(
+                Some(machine as usize),
+                shape.placement.reader(vid, |_| true)
+            );
         }
     }
 
