@@ -482,12 +482,21 @@ mod tests {
 
     fn shape(slaves: usize, replicas: usize) -> PlanShape {
         PlanShape {
+            most: 1000,
+            ..grouped(slaves, replicas, 1)
+        }
+    }
+
+    /// `slaves` slaves, `replicas` copies, groups of `group` vids, and room
+    /// for any term of these tests.
+    fn grouped(slaves: usize, replicas: usize, group: u64) -> PlanShape {
+        PlanShape {
             placement: Placement {
                 slaves,
                 replicas,
-                group: 1,
+                group,
             },
-            most: 1000,
+            most: 1 << 20,
         }
     }
 
@@ -572,15 +581,8 @@ mod tests {
     fn each_vid_is_read_from_its_groups_reader() {
         let vids: Vec<u64> = (0..300u64).filter(|v| v % 7 != 3).collect();
         let catalog = catalog(&vids);
-        let placement = Placement {
-            slaves: 5,
-            replicas: 2,
-            group: 4,
-        };
-        let shape = PlanShape {
-            placement,
-            most: 1000,
-        };
+        let shape = grouped(5, 2, 4);
+        let placement = shape.placement;
         let up = |s: usize, v: u64| s != 2 && !(s == 4 && v.is_multiple_of(5));
         let usable = |s: usize, run: VidRun| run.vids().all(|v| up(s, v));
         let terms = [term(0, 120), term(100, 299)];
@@ -606,15 +608,7 @@ mod tests {
 
     /// The bench's cluster: 4 slaves, 2 copies, groups of 64 vids, 8,192 vectors.
     fn four_in_pairs() -> (Catalog, PlanShape) {
-        let shape = PlanShape {
-            placement: Placement {
-                slaves: 4,
-                replicas: 2,
-                group: 64,
-            },
-            most: 1 << 20,
-        };
-        (catalog(&(0..8192).collect::<Vec<u64>>()), shape)
+        (catalog(&(0..8192).collect::<Vec<u64>>()), grouped(4, 2, 64))
     }
 
     /// The machines `chains` ask, and each vid once with its machine.
@@ -710,14 +704,7 @@ mod tests {
     #[test]
     fn a_wide_term_in_one_group_is_still_read_from_every_replica() {
         let catalog = catalog(&(0..8192).collect::<Vec<u64>>());
-        let shape = PlanShape {
-            placement: Placement {
-                slaves: 4,
-                replicas: 2,
-                group: 4096,
-            },
-            most: 1 << 20,
-        };
+        let shape = grouped(4, 2, 4096);
         let Plan::Chains(chains) = plan(&[term(0, 4095)], &catalog, shape, |_, _| true) else {
             panic!("a plan with chains")
         };
@@ -735,15 +722,8 @@ mod tests {
     #[test]
     fn a_dense_wide_term_costs_its_groups_not_its_vids() {
         let catalog = catalog(&(0..10_000).collect::<Vec<u64>>());
-        let placement = Placement {
-            slaves: 4,
-            replicas: 1,
-            group: 64,
-        };
-        let shape = PlanShape {
-            placement,
-            most: 1 << 20,
-        };
+        let shape = grouped(4, 1, 64);
+        let placement = shape.placement;
         let Plan::Chains(chains) = plan(&[term(3, 4098)], &catalog, shape, |_, _| true) else {
             panic!("a plan with chains")
         };
