@@ -240,35 +240,36 @@ pub(crate) fn plan(
                     let preferred = placement.preferred(&owners, first);
                     let start = first - first % block;
                     let covered = span.first <= start && span.last >= start + (block - 1);
-                    let able: Vec<usize> = if covered {
-                        preferred
-                            .into_iter()
-                            .filter(|&r| usable(r, piece))
-                            .collect()
+                    let read = if covered {
+                        let reader = preferred.filter(|&r| usable(r, piece));
+                        reader.map(|r| Piece::On(r as u32, piece))
                     } else {
                         let others = owners.iter().copied().filter(|&o| Some(o) != preferred);
-                        preferred
+                        let able: Vec<usize> = preferred
                             .into_iter()
                             .chain(others)
                             .filter(|&o| usable(o, piece))
-                            .collect()
+                            .collect();
+                        match able.as_slice() {
+                            [] => None,
+                            [only] => Some(Piece::On(*only as u32, piece)),
+                            _ => Some(Piece::Free(piece, able)),
+                        }
                     };
-                    match able.as_slice() {
-                        [] => {
-                            // No one owner may serve it all: vid by vid.
-                            for vid in piece.vids() {
-                                let one = VidRun::one(vid);
-                                match placement.reader_among(&owners, vid, |i| usable(i, one)) {
-                                    Some(owner) => term.push(Piece::On(owner as u32, one)),
-                                    None => {
-                                        orphans += 1;
-                                        down.extend_from_slice(&owners);
-                                    }
+                    if let Some(read) = read {
+                        term.push(read);
+                    } else {
+                        // No one owner may serve it all: vid by vid.
+                        for vid in piece.vids() {
+                            let one = VidRun::one(vid);
+                            match placement.reader_among(&owners, vid, |i| usable(i, one)) {
+                                Some(owner) => term.push(Piece::On(owner as u32, one)),
+                                None => {
+                                    orphans += 1;
+                                    down.extend_from_slice(&owners);
                                 }
                             }
                         }
-                        [only] => term.push(Piece::On(*only as u32, piece)),
-                        _ => term.push(Piece::Free(piece, able)),
                     }
                     if last == run.last {
                         break;
