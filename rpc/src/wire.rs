@@ -245,15 +245,21 @@ pub(crate) const MAX_FETCH_BYTES: u64 = 64 << 20;
 /// each, would pass it).
 pub(crate) const MAX_GATHER_BYTES: u64 = 64 << 20;
 
-/// How many of the terms, of `bytes` each in order, one reply holds: the
-/// first, and each next while the reply stays within `most`.
-pub(crate) fn terms_within(bytes: &[u64], most: u64) -> usize {
+/// The terms one reply holds, of `sized` (each with its bytes, in order):
+/// the first, and each next while the reply stays within `most`. The
+/// first term that does not fit is the last one `sized` is asked for, so
+/// that terms left for another reply are not made for this one.
+pub(crate) fn terms_within<T>(sized: impl IntoIterator<Item = (T, u64)>, most: u64) -> Vec<T> {
     let mut total = 0u64;
-    let within = bytes.iter().take_while(|&&b| {
-        total = total.saturating_add(b);
-        total <= most
-    });
-    within.count().max(1).min(bytes.len())
+    let mut held = Vec::new();
+    for (term, bytes) in sized {
+        total = total.saturating_add(bytes);
+        if !held.is_empty() && total > most {
+            break;
+        }
+        held.push(term);
+    }
+    held
 }
 
 /// Refuses a list of `len` `what`s longer than `most`, naming the bound.
@@ -846,12 +852,21 @@ mod tests {
 
     #[test]
     fn a_gather_reply_holds_the_terms_that_fit_and_at_least_one() {
-        assert_eq!(terms_within(&[10, 20, 30], 60), 3);
-        assert_eq!(terms_within(&[10, 20, 30], 59), 2);
-        assert_eq!(terms_within(&[10, 20, 30], 30), 2);
-        assert_eq!(terms_within(&[100, 1, 1], 60), 1);
-        assert_eq!(terms_within(&[u64::MAX, u64::MAX], 60), 1);
-        assert_eq!(terms_within(&[], 60), 0);
+        let held = |bytes: &[u64], most| terms_within(bytes.iter().map(|&b| (b, b)), most);
+        assert_eq!(held(&[10, 20, 30], 60), [10, 20, 30]);
+        assert_eq!(held(&[10, 20, 30], 59), [10, 20]);
+        assert_eq!(held(&[10, 20, 30], 30), [10, 20]);
+        assert_eq!(held(&[100, 1, 1], 60), [100]);
+        assert_eq!(held(&[u64::MAX, u64::MAX], 60), [u64::MAX]);
+        assert_eq!(held(&[], 60), [0u64; 0]);
+        // The terms after the first that does not fit are never made.
+        let made = std::cell::Cell::new(0);
+        let sized = [10, 20, 30, 40].into_iter().map(|b| {
+            made.set(made.get() + 1);
+            (b, b)
+        });
+        assert_eq!(terms_within(sized, 25), [10]);
+        assert_eq!(made.get(), 2);
     }
 
     #[test]

@@ -74,18 +74,17 @@ pub(crate) fn gather(
             }
         }
     }
-    let plans: Vec<UnionPlan> = inputs
-        .iter()
-        .map(|(_, _, parts)| UnionPlan::new(parts))
-        .collect();
-    let sizes: Vec<u64> = plans
-        .iter()
-        .map(|p| crate::hop::planned_bytes(p.parts()))
-        .collect();
-    let answered = wire::terms_within(&sizes, wire::MAX_GATHER_BYTES);
+    // Planned term by term: the terms left for the coordinator to ask
+    // again are planned then, not here too.
+    let planned = inputs.iter().map(|(_, _, parts)| {
+        let plan = UnionPlan::new(parts);
+        let bytes = crate::hop::planned_bytes(plan.parts());
+        (plan, bytes)
+    });
+    let plans = wire::terms_within(planned, wire::MAX_GATHER_BYTES);
     let (mut vids_read, mut read, mut sent) = (0, 0, 0);
-    let mut lists = results.get().init_result().init_terms(answered as u32);
-    for (i, ((vids, bytes, parts), plan)) in inputs.iter().zip(&plans).take(answered).enumerate() {
+    let mut lists = results.get().init_result().init_terms(plans.len() as u32);
+    for (i, ((vids, bytes, parts), plan)) in inputs.iter().zip(&plans).enumerate() {
         (vids_read, read) = (vids_read + vids, read + bytes);
         let (unread, bytes) =
             wire::write_compact(|n| lists.reborrow().init(i as u32, n), plan, parts);
