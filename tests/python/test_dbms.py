@@ -33,26 +33,67 @@ BINARY = Path(os.environ.get("BITFOLD_BIN", ROOT / "target" / "debug" / "bitfold
 TOP = 2**64 - 1
 
 
-def start(args, what, cleanups):
-    """Starts `bitfold ARGS` and returns its address once it prints `<what> listening on ADDR`."""
-    process = subprocess.Popen(
-        [str(BINARY), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    cleanups.append(process)
+class Server:
+    """A `bitfold` process: its stdout read by a thread (so it never fills its
+    pipe), its stderr written to a file (read back when it fails to start)."""
+
+    def __init__(self, args, log):
+        self.log = open(log, "w+")
+        self.process = subprocess.Popen(
+            [str(BINARY), *args], stdout=subprocess.PIPE, stderr=self.log, text=True
+        )
+        self.reader = None
+
+    def stop(self):
+        """Kills the process and closes its pipe and log."""
+        self.process.kill()
+        self.process.wait()
+        if self.reader is not None:
+            self.reader.join(10)
+        self.process.stdout.close()
+        self.log.close()
+
+
+def start(args, what, servers, log):
+    """Starts `bitfold ARGS` (its stderr into the file `log`) and returns its
+    address once it prints `<what> listening on ADDR`."""
+    server = Server(args, log)
+    servers.append(server)
     found = {}
     ready = threading.Event()
 
     def read():
-        for line in process.stdout:
+        for line in server.process.stdout:
             if line.startswith(f"{what} listening on ") and not ready.is_set():
                 found["addr"] = line.split()[-1]
                 ready.set()
         ready.set()
 
-    threading.Thread(target=read, daemon=True).start()
+    server.reader = threading.Thread(target=read, daemon=True)
+    server.reader.start()
     if not ready.wait(60) or "addr" not in found:
-        raise RuntimeError(f"bitfold {what} did not start: {process.stderr.read()}")
+        server.log.seek(0)
+        raise RuntimeError(f"bitfold {what} did not start: {server.log.read()}")
     return found["addr"]
+
+
+class Connection:
+    """A Cap'n Proto stream and the socket under it. pycapnp's `close` only
+    starts a TLS shutdown, which finishes on later turns of the event loop:
+    `close` waits (up to a second) for the socket to be closed, so that no
+    connection outlives its test."""
+
+    def __init__(self, stream, sock):
+        self.stream = stream
+        self.sock = sock
+
+    async def close(self):
+        self.stream.close()
+        for _ in range(100):
+            if self.sock.fileno() == -1:
+                return
+            await asyncio.sleep(0.01)
+        self.sock.close()
 
 
 def words_to_bits(data):
@@ -76,7 +117,7 @@ class DbmsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.processes = []
+        cls.servers = []
         cls.tmp = tempfile.TemporaryDirectory()
         try:
             tmp = Path(cls.tmp.name)
@@ -93,7 +134,8 @@ class DbmsTest(unittest.TestCase):
             addr = start(
                 ["slave", "--listen", "127.0.0.1:0", "--data-dir", str(tmp / f"s{i}")],
                 "slave",
-                cls.processes,
+                cls.servers,
+                tmp / f"s{i}.log",
             )
             slaves.append(addr)
         cluster = "replicas = 2\n" + "".join(
@@ -103,7 +145,8 @@ class DbmsTest(unittest.TestCase):
         cls.master = start(
             ["master", "--listen", "127.0.0.1:0", "--cluster", str(tmp / "cluster.toml")],
             "master",
-            cls.processes,
+            cls.servers,
+            tmp / "master.log",
         )
 
     @classmethod
@@ -131,9 +174,8 @@ class DbmsTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        for process in cls.processes:
-            process.kill()
-            process.wait()
+        for server in cls.servers:
+            server.stop()
         cls.tmp.cleanup()
 
     def expected(self, terms):
@@ -151,13 +193,16 @@ class DbmsTest(unittest.TestCase):
 
         async def run():
             connection = await self.connect(self.ssl_context())
-            client = capnp.TwoPartyClient(connection)
-            master = client.bootstrap().cast_as(SCHEMA.Master)
-            answers = []
-            for message, form in queries:
-                response = await master.query(message=message, format=form)
-                answers.append(response.result)
-            return answers
+            try:
+                client = capnp.TwoPartyClient(connection.stream)
+                master = client.bootstrap().cast_as(SCHEMA.Master)
+                answers = []
+                for message, form in queries:
+                    response = await master.query(message=message, format=form)
+                    answers.append(response.result)
+                return answers
+            finally:
+                await connection.close()
 
         return asyncio.run(capnp.run(run()))
 
@@ -172,14 +217,17 @@ class DbmsTest(unittest.TestCase):
         return context
 
     async def connect(self, context):
-        """A stream to the master: TLS with `context` (every certificate
+        """A connection to the master: TLS with `context` (every certificate
         names the server `bitfold`), plain TCP without."""
         host, port = self.master.rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)))
         if context is None:
-            return await capnp.AsyncIoStream.create_connection(host=host, port=int(port))
-        return await capnp.AsyncIoStream.create_connection(
-            host=host, port=int(port), ssl=context, server_hostname="bitfold"
-        )
+            stream = await capnp.AsyncIoStream.create_connection(sock=sock)
+        else:
+            stream = await capnp.AsyncIoStream.create_connection(
+                sock=sock, ssl=context, server_hostname="bitfold"
+            )
+        return Connection(stream, sock)
 
     def check(self, message, expected):
         count, words, roaring = self.ask(
@@ -252,7 +300,8 @@ class TlsDbmsTest(DbmsTest):
         cls.master = start(
             ["up", "--tls", "--dir", str(tmp / "cluster"), "--port", str(port), "--replicas", "2"],
             "master",
-            cls.processes,
+            cls.servers,
+            tmp / "up.log",
         )
         cls.tls = tmp / "cluster" / "tls" / "client"
 
@@ -262,9 +311,12 @@ class TlsDbmsTest(DbmsTest):
 
         async def run():
             connection = await self.connect(context)
-            client = capnp.TwoPartyClient(connection)
-            master = client.bootstrap().cast_as(SCHEMA.Master)
-            await master.query(message="P:0", format="count")
+            try:
+                client = capnp.TwoPartyClient(connection.stream)
+                master = client.bootstrap().cast_as(SCHEMA.Master)
+                await master.query(message="P:0", format="count")
+            finally:
+                await connection.close()
 
         with self.assertRaises(Exception) as refused:
             asyncio.run(asyncio.wait_for(capnp.run(run()), 10))
