@@ -14,6 +14,7 @@ stopped at the end, whatever happens.
 """
 
 import asyncio
+import contextlib
 import os
 import random
 import socket
@@ -35,46 +36,49 @@ TOP = 2**64 - 1
 
 class Server:
     """A `bitfold` process: its stdout read by a thread (so it never fills its
-    pipe), its stderr written to a file (read back when it fails to start)."""
+    pipe) for the line `<what> listening on ADDR`, its stderr written to the
+    file `log` (read back when it fails to start)."""
 
-    def __init__(self, args, log):
+    def __init__(self, args, what, log):
+        self.what = what
         self.log = open(log, "w+")
         self.process = subprocess.Popen(
             [str(BINARY), *args], stdout=subprocess.PIPE, stderr=self.log, text=True
         )
-        self.reader = None
+        self.addr = None
+        self.ready = threading.Event()
+        self.reader = threading.Thread(target=self.read, daemon=True)
+        self.reader.start()
+
+    def read(self):
+        for line in self.process.stdout:
+            if line.startswith(f"{self.what} listening on ") and not self.ready.is_set():
+                self.addr = line.split()[-1]
+                self.ready.set()
+        self.ready.set()
+
+    def address(self):
+        """The address it listens on, once it says so (60 s at most)."""
+        if not self.ready.wait(60) or self.addr is None:
+            self.log.seek(0)
+            raise RuntimeError(f"bitfold {self.what} did not start: {self.log.read()}")
+        return self.addr
 
     def stop(self):
         """Kills the process and closes its pipe and log."""
         self.process.kill()
         self.process.wait()
-        if self.reader is not None:
-            self.reader.join(10)
+        self.reader.join(10)
         self.process.stdout.close()
         self.log.close()
 
 
 def start(args, what, servers, log):
-    """Starts `bitfold ARGS` (its stderr into the file `log`) and returns its
-    address once it prints `<what> listening on ADDR`."""
-    server = Server(args, log)
+    """Starts `bitfold ARGS` (its stderr into the file `log`), adds it to
+    `servers` and returns its address once it prints `<what> listening on ADDR`."""
+    server = Server(args, what, log)
     servers.append(server)
-    found = {}
-    ready = threading.Event()
-
-    def read():
-        for line in server.process.stdout:
-            if line.startswith(f"{what} listening on ") and not ready.is_set():
-                found["addr"] = line.split()[-1]
-                ready.set()
-        ready.set()
-
-    server.reader = threading.Thread(target=read, daemon=True)
-    server.reader.start()
-    if not ready.wait(60) or "addr" not in found:
-        server.log.seek(0)
-        raise RuntimeError(f"bitfold {what} did not start: {server.log.read()}")
-    return found["addr"]
+    return server.address()
 
 
 class Connection:
@@ -192,17 +196,12 @@ class DbmsTest(unittest.TestCase):
         """Sends every (message, format) over one connection; returns the Result structs."""
 
         async def run():
-            connection = await self.connect(self.ssl_context())
-            try:
-                client = capnp.TwoPartyClient(connection.stream)
-                master = client.bootstrap().cast_as(SCHEMA.Master)
+            async with self.master_over(self.ssl_context()) as master:
                 answers = []
                 for message, form in queries:
                     response = await master.query(message=message, format=form)
                     answers.append(response.result)
                 return answers
-            finally:
-                await connection.close()
 
         return asyncio.run(capnp.run(run()))
 
@@ -228,6 +227,17 @@ class DbmsTest(unittest.TestCase):
                 sock=sock, ssl=context, server_hostname="bitfold"
             )
         return Connection(stream, sock)
+
+    @contextlib.asynccontextmanager
+    async def master_over(self, context):
+        """The master's capability over a new connection (see `connect`),
+        closed on leaving."""
+        connection = await self.connect(context)
+        try:
+            client = capnp.TwoPartyClient(connection.stream)
+            yield client.bootstrap().cast_as(SCHEMA.Master)
+        finally:
+            await connection.close()
 
     def check(self, message, expected):
         count, words, roaring = self.ask(
@@ -310,13 +320,8 @@ class TlsDbmsTest(DbmsTest):
         the master cut the connection instead of answering, within 10 s."""
 
         async def run():
-            connection = await self.connect(context)
-            try:
-                client = capnp.TwoPartyClient(connection.stream)
-                master = client.bootstrap().cast_as(SCHEMA.Master)
+            async with self.master_over(context) as master:
                 await master.query(message="P:0", format="count")
-            finally:
-                await connection.close()
 
         with self.assertRaises(Exception) as refused:
             asyncio.run(asyncio.wait_for(capnp.run(run()), 10))
