@@ -9,8 +9,9 @@
 //! over that bound is refused before it is read, naming the bound.
 //!
 //! With a [`Tls`] configuration, every connection, accepted or made, is
-//! wrapped in mutual TLS before Cap'n Proto sees it (docs/protocol.md §11);
-//! without one it is plain TCP, split without a lock.
+//! wrapped in mutual TLS before Cap'n Proto sees it (docs/protocol.md §11),
+//! driven by [`sealed`] over rustls's unbuffered API; without one it is
+//! plain TCP, split without a lock.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -27,7 +28,6 @@ use capnp_rpc::rpc_twoparty_capnp::Side;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
-use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
 
 use crate::bitfold_capnp::slave;
 use crate::tls::Tls;
@@ -36,6 +36,7 @@ pub(crate) use received::keep as keep_received;
 
 pub(crate) mod framing;
 mod received;
+mod sealed;
 mod vat;
 mod writer;
 
@@ -48,19 +49,6 @@ pub const MAX_MESSAGE_WORDS: usize = 1 << 27;
 /// from the buffer, its large ones (a partial result of a 2^20-bit term is
 /// 128 KiB) from where they are, in the same vectored write.
 const WRITE_BUFFER: usize = 256 << 10;
-
-/// Bytes a TLS connection reads from its socket at a time. rustls reads its
-/// records 4 KiB at a time; without this buffer beneath it, a large message
-/// costs a read call per 4 KiB.
-const TLS_READ_BUFFER: usize = 256 << 10;
-
-/// Bytes of sealed records a TLS connection holds before it writes them to
-/// its socket: a whole write buffer ([`WRITE_BUFFER`]) leaves in one
-/// `writev`, where rustls's default of 64 KiB took up to four.
-const TLS_SEND_BUFFER: usize = WRITE_BUFFER + (64 << 10);
-
-/// A socket as TLS reads it: through [`TLS_READ_BUFFER`].
-type Buffered = tokio::io::BufReader<TcpStream>;
 
 /// The longest a TLS handshake may take, either end: a peer that connects
 /// and says nothing (or speaks plain Cap'n Proto) is dropped after it.
@@ -274,12 +262,12 @@ async fn accept_at_most(
                     start(plain(stream, Side::Server, sent.clone()), served, held);
                     continue;
                 };
-                let handshake = TlsAcceptor::from(tls.server.clone()).accept(buffered(stream));
+                let handshake = sealed::accept(tls.server.clone(), stream);
                 let sent = sent.clone();
                 tokio::task::spawn_local(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                         Ok(Ok(stream)) => {
-                            start(encrypted(stream.into(), Side::Server, sent), served, held);
+                            start(encrypted(stream, Side::Server, sent), served, held);
                         }
                         Ok(Err(err)) => tracing::warn!(
                             "refused a connection from {peer}: {}",
@@ -299,10 +287,6 @@ async fn accept_at_most(
             }
         }
     }
-}
-
-fn buffered(stream: TcpStream) -> Buffered {
-    tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, stream)
 }
 
 fn set_nodelay(stream: &TcpStream) {
@@ -368,31 +352,26 @@ fn plain(stream: TcpStream, side: Side, sent: Sent) -> Box<dyn capnp_rpc::VatNet
     network(reader, writer, side, sent)
 }
 
-/// A TLS connection's network; a read that fails because the peer refused
-/// this end's certificate says so.
+/// A TLS connection's network; a read or write that fails because the
+/// peer refused this end's certificate (TLS 1.3 tells a client so only
+/// after its handshake) says so.
 fn encrypted(
-    mut stream: TlsStream<Buffered>,
+    stream: sealed::Sealed,
     side: Side,
     sent: Sent,
 ) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
-    match &mut stream {
-        TlsStream::Client(s) => s.get_mut().1.set_buffer_limit(Some(TLS_SEND_BUFFER)),
-        TlsStream::Server(s) => s.get_mut().1.set_buffer_limit(Some(TLS_SEND_BUFFER)),
-    }
     let role = match side {
         Side::Client => Role::Client,
         Side::Server => Role::Server,
     };
-    let (reader, writer) = tokio::io::split(stream);
-    network(
-        Explained {
-            inner: reader,
-            role,
-        },
-        writer,
-        side,
-        sent,
-    )
+    let (reader, writer) = stream.split(move |err| {
+        if is_alert(&err) {
+            handshake_error(handshake_failure(&err, role, None))
+        } else {
+            err
+        }
+    });
+    network(reader, writer, side, sent)
 }
 
 fn network(
@@ -505,30 +484,6 @@ fn handshake_error(text: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::ConnectionAborted, HandshakeFailed(text))
 }
 
-/// A TLS read half whose errors from the handshake's end (TLS 1.3 tells a
-/// client that its certificate was refused only after the handshake) are
-/// put in words.
-struct Explained<R> {
-    inner: R,
-    role: Role,
-}
-
-impl<R: AsyncRead + Unpin> AsyncRead for Explained<R> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let role = self.role;
-        match std::pin::Pin::new(&mut self.inner).poll_read(cx, buf) {
-            std::task::Poll::Ready(Err(err)) if is_alert(&err) => {
-                std::task::Poll::Ready(Err(handshake_error(handshake_failure(&err, role, None))))
-            }
-            polled => polled,
-        }
-    }
-}
-
 fn is_alert(err: &std::io::Error) -> bool {
     err.get_ref()
         .and_then(|e| e.downcast_ref::<rustls::Error>())
@@ -596,8 +551,7 @@ pub(crate) async fn connect<C: FromClientHook>(
     let network = match tls {
         None => plain(stream, Side::Client, sent),
         Some(tls) => {
-            let handshake = TlsConnector::from(tls.client.clone())
-                .connect(Tls::server_name(), buffered(stream));
+            let handshake = sealed::connect(tls.client.clone(), Tls::server_name(), stream);
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(err)) => {
@@ -612,7 +566,7 @@ pub(crate) async fn connect<C: FromClientHook>(
                     )));
                 }
             };
-            encrypted(stream.into(), Side::Client, sent)
+            encrypted(stream, Side::Client, sent)
         }
     };
     let mut system = RpcSystem::new(network, None);
