@@ -791,6 +791,51 @@ mod tests {
         }
     }
 
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever a peer sends before it closes (records of any type,
+        /// version and length, in any number of pieces), the server's
+        /// handshake ends with an error: no panic, no hang.
+        #[test]
+        fn any_bytes_end_a_servers_handshake_with_an_error(
+            records in prop::collection::vec(
+                (prop_oneof![Just(22u8), Just(21u8), Just(23u8), any::<u8>()],
+                 prop_oneof![Just(0x0301u16), Just(0x0303u16), any::<u16>()],
+                 prop_oneof![0usize..64, 0usize..20_000, Just(16_640usize), Just(65_535usize)],
+                 any::<u8>()),
+                0..8,
+            ),
+            tail in prop::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let mut bytes = Vec::new();
+            for (kind, version, len, fill) in records {
+                bytes.push(kind);
+                bytes.extend_from_slice(&version.to_be_bytes());
+                bytes.extend_from_slice(&(len as u16).to_be_bytes());
+                bytes.extend((0..len.min(70_000)).map(|i| fill.wrapping_add(i as u8)));
+            }
+            bytes.extend_from_slice(&tail);
+            let [_, b, ..] = configurations();
+            let ended = crate::net::block_on_local(async {
+                let (mut dialled, accepted) = sockets().await;
+                let peer = async move {
+                    // The server may close first: what it refuses to read is fine.
+                    let _ = dialled.write_all(&bytes).await;
+                    let _ = dialled.shutdown().await;
+                    let _ = dialled.read_to_end(&mut Vec::new()).await;
+                };
+                let server = tokio::time::timeout(
+                    std::time::Duration::from_secs(10),
+                    accept(b.server.clone(), accepted),
+                );
+                tokio::join!(server, peer).0
+            })
+            .unwrap();
+            prop_assert!(matches!(ended, Ok(Err(_))), "the handshake did not fail: {:?}", ended.map(|r| r.map(|_| ())));
+        }
+    }
+
     #[test]
     fn a_shutdown_ends_the_peers_stream_after_what_was_written() {
         let [a, b, ..] = configurations();
