@@ -414,7 +414,11 @@ impl Sealed {
         let room = self.incoming.bytes.len() - self.incoming.end;
         if room < RECORD_MAX {
             if self.incoming.start == 0 {
-                return Poll::Ready(Err(invalid("a TLS record larger than TLS allows")));
+                return Poll::Ready(Err(invalid(format!(
+                    "the peer's TLS records do not fit in {} KiB (a record too large, or a \
+                     handshake message in too many pieces)",
+                    INCOMING >> 10
+                ))));
             }
             self.incoming.room(RECORD_MAX);
         }
@@ -834,6 +838,30 @@ mod tests {
             .unwrap();
             prop_assert!(matches!(ended, Ok(Err(_))), "the handshake did not fail: {:?}", ended.map(|r| r.map(|_| ())));
         }
+    }
+
+    #[test]
+    fn a_handshake_message_in_too_many_pieces_is_refused() {
+        // A client hello announcing 60,000 bytes, sent one byte a record:
+        // 360 KB of records before the message is whole.
+        let mut message = vec![1, 0, 0xea, 0x60];
+        message.resize(4 + 60_000, 0);
+        let mut bytes = Vec::new();
+        for byte in message {
+            bytes.extend_from_slice(&[22, 3, 1, 0, 1, byte]);
+        }
+        let [_, b, ..] = configurations();
+        crate::net::block_on_local(async {
+            let (mut dialled, accepted) = sockets().await;
+            let peer = async move {
+                let _ = dialled.write_all(&bytes).await;
+                let _ = dialled.read_to_end(&mut Vec::new()).await;
+            };
+            let (server, ()) = tokio::join!(accept(b.server.clone(), accepted), peer);
+            let err = server.err().expect("the server refuses it");
+            assert!(err.to_string().contains("do not fit"), "{err}");
+        })
+        .unwrap();
     }
 
     #[test]
