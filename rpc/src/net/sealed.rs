@@ -1,14 +1,15 @@
 //! A TLS connection over rustls's unbuffered API: sealed records are read
-//! from the socket straight into one buffer and opened there, and sealed
-//! straight into another that the socket writes from.
+//! from the socket straight into one buffer and opened there, and a write's
+//! records are put in another that the socket writes from.
 //!
-//! rustls's buffered connection (what tokio-rustls wraps) costs each record
-//! an allocation and several passes over its bytes: it reads 4 KiB at a time
-//! into a buffer it grows and shrinks again for every record, moves what is
-//! left to the front after each one, and seals each outgoing record in a new
-//! `Vec`. Here the incoming buffer is allocated once and compacted only when
-//! its tail has no room for a whole record, and a write seals its bytes into
-//! the outgoing buffer with no allocation.
+//! rustls's buffered connection (what tokio-rustls wraps) reads records
+//! 4 KiB at a time into a buffer it grows and shrinks again for every
+//! record and moves what is left to the front after each one. Here the
+//! incoming buffer is allocated once and compacted only when its tail has
+//! no room for a whole record. What rustls 0.23 still does either way: it
+//! copies each opened record into a new `Vec` before handing it out, and
+//! seals each outgoing record in a new `Vec` (which the unbuffered API then
+//! copies into the outgoing buffer).
 //!
 //! [`handshake`] runs the whole handshake before the connection is used;
 //! [`Sealed::split`] then gives the read and write halves capnp-rpc drives,
