@@ -91,13 +91,20 @@ impl Window {
         }
     }
 
-    /// At least `n` bytes of room after the pending ones, moving them to
-    /// the front or growing the buffer when needed.
-    fn room(&mut self, n: usize) -> &mut [u8] {
-        if self.bytes.len() - self.end < n && self.start > 0 {
+    /// Moves the pending bytes to the front.
+    fn compact(&mut self) {
+        if self.start > 0 {
             self.bytes.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
+        }
+    }
+
+    /// At least `n` bytes of room after the pending ones, moving them to
+    /// the front or growing the buffer when needed.
+    fn room(&mut self, n: usize) -> &mut [u8] {
+        if self.bytes.len() - self.end < n {
+            self.compact();
         }
         if self.bytes.len() - self.end < n {
             self.bytes.resize(self.end + n, 0);
@@ -410,18 +417,18 @@ impl Sealed {
         }
     }
 
-    /// Reads what the socket has into the incoming buffer; `Ok(0)` at its end.
+    /// Reads what the socket has into the incoming buffer, which never
+    /// grows; `Ok(0)` at its end.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let room = self.incoming.bytes.len() - self.incoming.end;
-        if room < RECORD_MAX {
-            if self.incoming.start == 0 {
+        if self.incoming.bytes.len() - self.incoming.end < RECORD_MAX {
+            self.incoming.compact();
+            if self.incoming.bytes.len() - self.incoming.end < RECORD_MAX {
                 return Poll::Ready(Err(invalid(format!(
                     "the peer's TLS records do not fit in {} KiB (a record too large, or a \
                      handshake message in too many pieces)",
                     INCOMING >> 10
                 ))));
             }
-            self.incoming.room(RECORD_MAX);
         }
         let mut buf = ReadBuf::new(&mut self.incoming.bytes[self.incoming.end..]);
         ready!(Pin::new(&mut self.socket).poll_read(cx, &mut buf))?;
@@ -527,8 +534,15 @@ impl Sealed {
     /// handshake ended), and then the alert is the error.
     fn explain(&mut self, err: io::Error) -> io::Error {
         if self.failed.is_none() {
-            while let Ok(n @ 1..) = self.socket.try_read(self.incoming.room(RECORD_MAX)) {
-                self.incoming.end += n;
+            self.incoming.compact();
+            while self.incoming.end < self.incoming.bytes.len() {
+                match self
+                    .socket
+                    .try_read(&mut self.incoming.bytes[self.incoming.end..])
+                {
+                    Ok(n @ 1..) => self.incoming.end += n,
+                    _ => break,
+                }
             }
             for _ in 0..8 {
                 if !matches!(self.process(Request::Read(None)), Ok(Step::Again)) {
