@@ -63,6 +63,29 @@ impl Session {
             Session::Server(s) => s.is_handshaking(),
         }
     }
+
+    /// Whether rustls has records to send (an alert, handshake records).
+    fn wants_write(&self) -> bool {
+        match self {
+            Session::Client(c) => c.wants_write(),
+            Session::Server(s) => s.wants_write(),
+        }
+    }
+
+    /// Hands rustls `records` (received, not yet used) and moves the
+    /// connection on by one state: see [`step`].
+    fn advance(
+        &mut self,
+        records: &mut [u8],
+        plain: &mut Window,
+        out: &mut Window,
+        request: Request<'_, '_>,
+    ) -> (usize, io::Result<Step>) {
+        match self {
+            Session::Client(c) => step(c.process_tls_records(records), plain, out, request),
+            Session::Server(s) => step(s.process_tls_records(records), plain, out, request),
+        }
+    }
 }
 
 /// Bytes at `start..end` of `bytes` wait to be used; the rest is room.
@@ -326,8 +349,7 @@ impl Sealed {
             socket,
             incoming: Window {
                 bytes: vec![0; INCOMING],
-                start: 0,
-                end: 0,
+                ..Window::default()
             },
             plain: Window::default(),
             out: Window::default(),
@@ -353,10 +375,7 @@ impl Sealed {
             ..
         } = self;
         let records = &mut incoming.bytes[incoming.start..incoming.end];
-        let (discard, step) = match session {
-            Session::Client(c) => step(c.process_tls_records(records), plain, out, request),
-            Session::Server(s) => step(s.process_tls_records(records), plain, out, request),
-        };
+        let (discard, step) = session.advance(records, plain, out, request);
         incoming.consume(discard);
         match step {
             Ok(Step::PeerClosed) => self.peer_closed = true,
@@ -383,22 +402,11 @@ impl Sealed {
         } = self;
         let mut plain = Window::default();
         for _ in 0..4 {
+            if !session.wants_write() {
+                break;
+            }
             let records = &mut incoming.bytes[incoming.start..incoming.end];
-            let (discard, _) = match session {
-                Session::Client(c) if c.wants_write() => step(
-                    c.process_tls_records(records),
-                    &mut plain,
-                    out,
-                    Request::Read(None),
-                ),
-                Session::Server(s) if s.wants_write() => step(
-                    s.process_tls_records(records),
-                    &mut plain,
-                    out,
-                    Request::Read(None),
-                ),
-                _ => break,
-            };
+            let (discard, _) = session.advance(records, &mut plain, out, Request::Read(None));
             incoming.consume(discard);
         }
         self.try_drain();
@@ -492,11 +500,11 @@ impl Sealed {
         cx: &mut Context<'_>,
         data: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        if self.out.end - self.out.start >= SEND_LIMIT {
+        if self.out.pending().len() >= SEND_LIMIT {
             if let Poll::Ready(Err(err)) = self.poll_drain(cx) {
                 return Poll::Ready(Err(err));
             }
-            if self.out.end - self.out.start >= SEND_LIMIT {
+            if self.out.pending().len() >= SEND_LIMIT {
                 return Poll::Pending;
             }
         }
