@@ -10,7 +10,15 @@
 //! with the bytes that arrive rather than with what the table announced.
 //! Cap'n Proto reads a segment only when it is 8-byte aligned; the buffer's
 //! alignment is checked, and a misaligned one is copied once into words.
+//!
+//! A buffer of 32 MiB or more is mapped fresh by the allocator and costs a
+//! page fault and a page clearing every 4 KiB as the bytes arrive: for an
+//! answer of 2^30 bits, more than the work on it. A thread keeps the
+//! large bodies it frees (at most two, none over 256 MiB) and reads its
+//! next large message into one that holds it. That buffer is already this
+//! thread's, so a peer's announced size still allocates nothing new.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use bytes::BufMut;
@@ -62,6 +70,51 @@ impl Body {
             Body::Copied(words) => Word::words_to_bytes(words),
         }
     }
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        if let Body::Read(bytes) = self
+            && (SPARE_MIN..=SPARE_MAX).contains(&bytes.capacity())
+        {
+            let bytes = std::mem::take(bytes);
+            // A thread that is ending drops the buffer instead.
+            let _ = SPARES.try_with(|spares| {
+                let mut spares = spares.borrow_mut();
+                if spares.len() < SPARES_KEPT {
+                    spares.push(bytes);
+                }
+            });
+        }
+    }
+}
+
+/// Buffers at least this large (glibc maps each one fresh and unmaps it
+/// when freed) are kept for the next large message once read.
+const SPARE_MIN: usize = 32 << 20;
+
+/// Buffers larger than this (a 2^31-bit vector in words) are freed: what a
+/// thread keeps stays bounded, at [`SPARES_KEPT`] of these.
+const SPARE_MAX: usize = 256 << 20;
+
+/// Large buffers a thread keeps at most (two queries in flight).
+const SPARES_KEPT: usize = 2;
+
+thread_local! {
+    /// Large message buffers this thread freed, for its next large message:
+    /// one of these already holds its pages, where a fresh one takes a page
+    /// fault and a page clearing every 4 KiB.
+    static SPARES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A spare buffer that holds `len` bytes, emptied, if this thread has one.
+fn spare(len: usize) -> Option<Vec<u8>> {
+    SPARES.with_borrow_mut(|spares| {
+        let at = spares.iter().position(|b| b.capacity() >= len)?;
+        let mut bytes = spares.swap_remove(at);
+        bytes.clear();
+        Some(bytes)
+    })
 }
 
 impl ReaderSegments for Segments {
@@ -121,7 +174,11 @@ pub(crate) async fn read_message<R: AsyncRead + Unpin>(
         )));
     }
     let len = usize::try_from(words * 8).expect("bounded by MAX_MESSAGE_WORDS");
-    let mut bytes = Vec::with_capacity(len.min(FIRST_RESERVE));
+    let mut bytes = match len > FIRST_RESERVE {
+        true => spare(len),
+        false => None,
+    }
+    .unwrap_or_else(|| Vec::with_capacity(len.min(FIRST_RESERVE)));
     while bytes.len() < len {
         if bytes.len() == bytes.capacity() {
             // Past FIRST_RESERVE the buffer doubles as the bytes arrive.
@@ -275,6 +332,56 @@ mod tests {
             );
             assert_eq!(messages[1], vec![vec![7u8; 16]], "chunk {chunk}");
         }
+    }
+
+    /// The messages of `stream`, read on this thread.
+    fn read_held(stream: &[u8]) -> Vec<Reader<Segments>> {
+        runtime().block_on(async {
+            let mut reader = stream;
+            let mut held = Vec::new();
+            while let Some(message) = read_message(&mut reader, ReaderOptions::new())
+                .await
+                .unwrap()
+            {
+                held.push(message);
+            }
+            held
+        })
+    }
+
+    /// Where a message's body lies.
+    fn body_at(message: &Reader<Segments>) -> *const u8 {
+        message.get_segments().body.bytes().as_ptr()
+    }
+
+    /// Where this thread's spare buffers lie.
+    fn spares_at() -> Vec<*const u8> {
+        SPARES.with_borrow(|spares| spares.iter().map(|b| b.as_ptr()).collect())
+    }
+
+    #[test]
+    fn a_large_body_once_dropped_is_read_into_again_and_few_are_kept() {
+        let words = (SPARE_MIN / 8) as u32;
+        drop(read_held(&framed(1, words)));
+        let spare = spares_at();
+        assert_eq!(spare.len(), 1, "a freed large body is kept");
+
+        // A message over the first reserve that fits takes it; a small one
+        // or a larger one does not.
+        let fits = framed(1, (FIRST_RESERVE / 8) as u32 + 1);
+        let held = read_held(&[fits, framed(1, 4), framed(1, words + 1)].concat());
+        assert_eq!(body_at(&held[0]), spare[0]);
+        assert_ne!(body_at(&held[1]), spare[0]);
+        assert_ne!(body_at(&held[2]), spare[0]);
+        assert!(spares_at().is_empty());
+        drop(held);
+        assert_eq!(spares_at().len(), 2, "both large bodies are kept");
+
+        // Three large bodies alive at once: when they go, two are kept.
+        drop(read_held(
+            &[framed(1, words), framed(1, words), framed(1, words)].concat(),
+        ));
+        assert_eq!(spares_at().len(), SPARES_KEPT);
     }
 
     #[test]
