@@ -174,11 +174,12 @@ pub(crate) async fn read_message<R: AsyncRead + Unpin>(
         )));
     }
     let len = usize::try_from(words * 8).expect("bounded by MAX_MESSAGE_WORDS");
-    let mut bytes = match len > FIRST_RESERVE {
-        true => spare(len),
-        false => None,
-    }
-    .unwrap_or_else(|| Vec::with_capacity(len.min(FIRST_RESERVE)));
+    let kept = if len > FIRST_RESERVE {
+        spare(len)
+    } else {
+        None
+    };
+    let mut bytes = kept.unwrap_or_else(|| Vec::with_capacity(len.min(FIRST_RESERVE)));
     while bytes.len() < len {
         if bytes.len() == bytes.capacity() {
             // Past FIRST_RESERVE the buffer doubles as the bytes arrive.

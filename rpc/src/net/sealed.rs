@@ -838,13 +838,8 @@ mod tests {
         fn any_bytes_end_a_servers_handshake_with_an_error(bytes in unsealed_bytes()) {
             let [_, b, ..] = configurations();
             let ended = crate::net::block_on_local(async {
-                let (mut dialled, accepted) = sockets().await;
-                let peer = async move {
-                    // The server may close first: what it refuses to read is fine.
-                    let _ = dialled.write_all(&bytes).await;
-                    let _ = dialled.shutdown().await;
-                    let _ = dialled.read_to_end(&mut Vec::new()).await;
-                };
+                let (dialled, accepted) = sockets().await;
+                let peer = send_and_close(dialled, bytes);
                 let server = tokio::time::timeout(
                     std::time::Duration::from_secs(10),
                     accept(b.server.clone(), accepted),
@@ -854,6 +849,15 @@ mod tests {
             .unwrap();
             prop_assert!(matches!(ended, Ok(Err(_))), "the handshake did not fail: {:?}", ended.map(|r| r.map(|_| ())));
         }
+    }
+
+    /// Sends `bytes` on `socket` as they are, closes its sending side and
+    /// reads until the other end closes. The other end may close first:
+    /// what it refuses to read is fine.
+    async fn send_and_close(mut socket: TcpStream, bytes: Vec<u8>) {
+        let _ = socket.write_all(&bytes).await;
+        let _ = socket.shutdown().await;
+        let _ = socket.read_to_end(&mut Vec::new()).await;
     }
 
     /// Records of any type, version and length (filled from their last
@@ -918,13 +922,8 @@ mod tests {
                 client_write.flush().await.unwrap();
                 drop(client_read);
                 let shared = Rc::into_inner(client_write.0).expect("both halves are here");
-                let mut socket = shared.sealed.into_inner().socket;
-                let peer = async move {
-                    // The server may close first: what it refuses to read is fine.
-                    let _ = socket.write_all(&unsealed).await;
-                    let _ = socket.shutdown().await;
-                    let _ = socket.read_to_end(&mut Vec::new()).await;
-                };
+                let socket = shared.sealed.into_inner().socket;
+                let peer = send_and_close(socket, unsealed);
                 let server = async move {
                     let mut read = Vec::new();
                     let mut buf = vec![0; 64 << 10];
