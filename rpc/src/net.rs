@@ -36,6 +36,7 @@ pub(crate) use received::keep as keep_received;
 
 pub(crate) mod framing;
 mod received;
+mod record;
 mod sealed;
 mod vat;
 mod writer;
