@@ -228,6 +228,13 @@ impl Records {
         Ok(at + self.seal_in_place(APPLICATION_DATA, len, record)?)
     }
 
+    /// Seals `content` as a record of any inner type `kind`, as a peer
+    /// holding the keys may.
+    #[cfg(test)]
+    pub(super) fn seal_any(&mut self, kind: u8, content: &[u8], room: &mut [u8]) -> usize {
+        self.seal(kind, content, room).expect("sealed")
+    }
+
     /// Seals an alert at the start of `room` (`OVERHEAD + 2` bytes at
     /// least): close_notify as a warning, any other as fatal. Returns the
     /// bytes written.

@@ -974,6 +974,80 @@ mod tests {
         }
     }
 
+    /// What a record may hold inside, sealed by a peer that holds the
+    /// keys: data, an alert, handshake messages (a KeyUpdate, a ticket,
+    /// cut short or too long), any type, too much.
+    fn inner_records() -> impl Strategy<Value = Vec<(u8, Vec<u8>)>> {
+        let bytes = |max| prop::collection::vec(any::<u8>(), 0..max);
+        let record = prop_oneof![
+            4 => bytes(3_000).prop_map(|data| (23u8, data)),
+            1 => (any::<u8>(), prop_oneof![Just(0u8), any::<u8>()])
+                .prop_map(|(level, description)| (21u8, vec![level, description])),
+            1 => bytes(8).prop_map(|content| (21u8, content)),
+            1 => (prop_oneof![Just(24u8), Just(4u8), any::<u8>()], 0u32..8, bytes(10))
+                .prop_map(|(kind, len, body)| {
+                    let mut message = vec![kind];
+                    message.extend_from_slice(&len.to_be_bytes()[1..]);
+                    message.extend_from_slice(&body);
+                    (22u8, message)
+                }),
+            1 => (any::<u8>(), bytes(100)).prop_map(|(kind, content)| (kind, content)),
+            1 => Just((23u8, vec![7; DATA_MAX + 1])),
+        ];
+        prop::collection::vec(record, 1..6)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever a peer that holds the keys seals, the reader gets the
+        /// data of the records before the first that is not data, then the
+        /// stream's end (at a close_notify, or after the last record) or an
+        /// error (the peer's alert, when it sent one): no panic, no hang.
+        #[test]
+        fn whatever_a_peer_with_the_keys_seals_is_read_or_refused(records in inner_records()) {
+            let [a, b, ..] = configurations();
+            let (read, ended) = crate::net::block_on_local(async {
+                let (client, server) = handshakes(&a, &b).await;
+                let mut client = client.unwrap();
+                let mut bytes = Vec::new();
+                for (kind, content) in &records {
+                    let mut room = vec![0; content.len() + OVERHEAD];
+                    let n = client.records.seal_any(*kind, content, &mut room);
+                    bytes.extend_from_slice(&room[..n]);
+                }
+                let peer = send_and_close(client.link.socket, bytes);
+                let (mut server_read, server_write) = server.unwrap().split(|err| err);
+                let server = async move {
+                    let ended = read_to_the_end(&mut server_read).await;
+                    drop((server_read, server_write));
+                    ended
+                };
+                tokio::time::timeout(std::time::Duration::from_secs(10), async {
+                    tokio::join!(server, peer).0
+                })
+                .await
+                .expect("the server's reads end")
+            })
+            .unwrap();
+            let data = records.iter().take_while(|(kind, content)| *kind == 23 && content.len() <= DATA_MAX);
+            let expected: Vec<u8> = data.clone().flat_map(|(_, content)| content.clone()).collect();
+            prop_assert!(read == expected, "read {} bytes, expected {}", read.len(), expected.len());
+            match records.get(data.count()).map(|(kind, content)| (*kind, &content[..])) {
+                None | Some((21, [_, 0])) => prop_assert!(ended.is_ok(), "{:?}", ended),
+                Some((21, [_, description])) => {
+                    let err = ended.expect_err("an alert is an error");
+                    let alert = AlertDescription::from(*description);
+                    prop_assert!(
+                        matches!(rustls_error(&err), rustls::Error::AlertReceived(got) if *got == alert),
+                        "{err}"
+                    );
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
     #[test]
     fn a_handshake_message_in_too_many_pieces_is_refused() {
         // A client hello announcing 60,000 bytes, sent one byte a record:
@@ -994,6 +1068,48 @@ mod tests {
             let (server, ()) = tokio::join!(accept(b.server.clone(), accepted), peer);
             let err = server.err().expect("the server refuses it");
             assert!(err.to_string().contains("do not fit"), "{err}");
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn data_that_arrives_with_the_clients_last_handshake_message_is_read() {
+        let [a, b, ..] = configurations();
+        crate::net::block_on_local(async {
+            // Whether the data is in the server's last read of the
+            // handshake is the network's call: a few tries make it sure.
+            let mut carried = false;
+            for _ in 0..10 {
+                let (dialled, accepted) = sockets().await;
+                // Without Nagle's wait, the data leaves as soon as written.
+                dialled.set_nodelay(true).unwrap();
+                // The server is not polled from the client's handshake's
+                // end until the client has written: its Finished and the
+                // data arrive together, and rustls opens the data.
+                let server = accept(b.server.clone(), accepted);
+                tokio::pin!(server);
+                let client = tokio::select! {
+                    client = connect(a.client.clone(), Tls::server_name(), dialled) => client.unwrap(),
+                    _ = &mut server => panic!("the server's handshake ended before the client's"),
+                };
+                let (_client_read, mut client_write) = client.split(|err| err);
+                client_write.write_all(b"first words").await.unwrap();
+                client_write.flush().await.unwrap();
+                let server = server.await.unwrap();
+                carried |= !server.plain.is_empty();
+                let (mut read, _write) = server.split(|err| err);
+                let mut got = [0; 11];
+                let reading = read.read_exact(&mut got);
+                tokio::time::timeout(std::time::Duration::from_secs(10), reading)
+                    .await
+                    .expect("the data is read, not lost")
+                    .unwrap();
+                assert_eq!(&got, b"first words");
+                if carried {
+                    break;
+                }
+            }
+            assert!(carried, "the data never came with the handshake");
         })
         .unwrap();
     }
