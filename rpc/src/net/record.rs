@@ -150,7 +150,7 @@ impl Key {
 }
 
 /// What a record held, once opened.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(super) enum Opened {
     /// Data, at this range of the record.
     Data(Range<usize>),
@@ -217,7 +217,7 @@ impl Records {
     ) -> Result<usize, Error> {
         let mut at = 0;
         if self.update_asked || self.tx.seq.saturating_add(1) >= self.limit {
-            // update_not_requested: this end's key is the one worn.
+            // update_not_requested: only this end's key changes.
             let message = [KEY_UPDATE, 0, 0, 1, 0];
             at = self.seal(HANDSHAKE, &message, room)?;
             self.tx = self.kernel.next_tx()?;
