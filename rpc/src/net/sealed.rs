@@ -155,10 +155,9 @@ impl Window {
 enum Step {
     /// It did something (opened data, encoded handshake records): ask again.
     Again,
-    /// It needs more records from the peer before anything else.
-    Blocked,
-    /// It has nothing to do but may send data.
-    Writable,
+    /// It has nothing more to do with what it holds: what it encoded goes
+    /// out, then it is done or needs more records from the peer.
+    Waiting,
     /// The peer sent close_notify.
     Closed,
 }
@@ -207,8 +206,7 @@ fn step<D>(
             transmit.done();
             Ok(Step::Again)
         }
-        ConnectionState::BlockedHandshake => Ok(Step::Blocked),
-        ConnectionState::WriteTraffic(_) => Ok(Step::Writable),
+        ConnectionState::BlockedHandshake | ConnectionState::WriteTraffic(_) => Ok(Step::Waiting),
         ConnectionState::PeerClosed | ConnectionState::Closed => Ok(Step::Closed),
         other => Err(invalid(format!("unexpected TLS state {other:?}"))),
     };
@@ -380,7 +378,7 @@ async fn handshake(mut handshake: Handshake) -> io::Result<Sealed> {
     loop {
         match handshake.process()? {
             Step::Again => {}
-            Step::Blocked | Step::Writable => {
+            Step::Waiting => {
                 poll_fn(|cx| handshake.poll_drain(cx)).await?;
                 if !handshake.session.is_handshaking() {
                     return handshake.into_sealed();
