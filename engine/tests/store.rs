@@ -609,3 +609,88 @@ fn a_segment_of_many_megabytes_reads_back_after_reopening() {
     let store = Store::open(dir.path()).unwrap();
     assert_holds(&store, &oracle);
 }
+
+/// A store keeps the id it was created with across restarts (a store from
+/// before identities gets one when first opened, and keeps it); another
+/// directory, or this one wiped, has another.
+#[test]
+fn a_store_keeps_its_identity_and_a_wiped_one_has_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Store::open(dir.path()).unwrap().identity();
+    assert_ne!(first.store, 0);
+    assert_eq!(Store::open(dir.path()).unwrap().identity(), first);
+    let other = tempfile::tempdir().unwrap();
+    assert_ne!(
+        Store::open(other.path()).unwrap().identity().store,
+        first.store
+    );
+    for name in std::fs::read_dir(dir.path()).unwrap() {
+        std::fs::remove_file(name.unwrap().path()).unwrap();
+    }
+    assert_ne!(
+        Store::open(dir.path()).unwrap().identity().store,
+        first.store
+    );
+    let (fixture, old) = open_fixture("store-v2");
+    let upgraded = old.identity();
+    drop(old);
+    assert_ne!(upgraded.store, 0);
+    assert_eq!(Store::open(fixture.path()).unwrap().identity(), upgraded);
+}
+
+/// Writes stamped by a master are applied once, in their order: one sent
+/// again or late (not after the last applied) and one of an older master
+/// epoch change nothing; the last write applied survives a restart, also
+/// when it changed no vector.
+#[test]
+fn stamped_writes_are_fenced_and_their_stamp_is_durable() {
+    use bitfold_engine::Update;
+    use bitfold_engine::store::{Fenced, Stamp};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let at = |write, piece| Stamp { write, piece };
+    let bits = |b: &[u32]| VectorBuf::from_bits(b.to_vec());
+    let one = bits(&[1]);
+    assert!(matches!(
+        store.import_at(2, at(5, 0), &[(7, one.as_part())]).unwrap(),
+        Fenced::Applied(_)
+    ));
+    let two = bits(&[2]);
+    // The same write again, an earlier piece, an earlier write: not applied.
+    for stamp in [at(5, 0), at(4, 9)] {
+        assert_eq!(
+            store.import_at(2, stamp, &[(7, two.as_part())]).unwrap(),
+            Fenced::AlreadyApplied(at(5, 0))
+        );
+    }
+    let clear = [Update::Clear(7, one.as_part())];
+    assert_eq!(
+        store.update_at(1, at(6, 0), &clear).unwrap(),
+        Fenced::OlderEpoch(2)
+    );
+    let held = |store: &Store| -> Vec<u32> {
+        let bits: BTreeSet<u32> = store.snapshot().parts(7).flat_map(|p| p.bits()).collect();
+        bits.into_iter().collect()
+    };
+    assert_eq!(held(&store), [1]);
+    // A later piece of the same write, then a write that changes nothing.
+    assert!(matches!(
+        store.import_at(2, at(5, 1), &[(7, two.as_part())]).unwrap(),
+        Fenced::Applied(_)
+    ));
+    assert!(matches!(
+        store.update_at(3, at(8, 0), &[Update::Delete(99)]).unwrap(),
+        Fenced::Applied(_)
+    ));
+    let identity = store.identity();
+    assert_eq!((identity.epoch, identity.applied), (3, at(8, 0)));
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.identity(), identity);
+    assert_eq!(held(&store), [1, 2]);
+    assert_eq!(
+        store.update_at(3, at(7, 0), &clear).unwrap(),
+        Fenced::AlreadyApplied(at(8, 0))
+    );
+    assert_eq!(held(&store), [1, 2]);
+}

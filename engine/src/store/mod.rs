@@ -102,6 +102,7 @@ pub fn reseal(name: &str, bytes: &mut [u8]) {
 }
 
 use crate::vector::VectorPart;
+pub use manifest::{Identity, Stamp};
 use manifest::{MANIFEST_NAME, Manifest, SegmentRecord};
 use segment::{Segment, SegmentWriter, parse_segment_name, segment_name};
 
@@ -120,6 +121,19 @@ pub struct ImportStats {
     pub merged_segments: usize,
 }
 
+/// Where a master's write stands against what a store has applied
+/// ([`Store::import_at`], [`Store::update_at`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fenced<T> {
+    /// Applied now, durably, and recorded as the store's last write.
+    Applied(T),
+    /// Not applied: the store has applied this write or a later one (a
+    /// write sent again, or one that arrives late).
+    AlreadyApplied(Stamp),
+    /// Not applied: a master of this later epoch has written since.
+    OlderEpoch(u64),
+}
+
 /// A slave's durable vector store. `Send + Sync`: imports are serialised,
 /// snapshots can be taken from any thread at any time.
 pub struct Store {
@@ -127,6 +141,8 @@ pub struct Store {
     current: RwLock<Arc<Snapshot>>,
     /// The id the next segment file gets; held for the whole of a write.
     next_id: Mutex<u64>,
+    /// Who it is and the last write it applied, as its manifest says.
+    identity: RwLock<Identity>,
 }
 
 impl fmt::Debug for Store {
@@ -162,12 +178,23 @@ impl Store {
                     reason: format!("the directory holds segment files such as {segment}"),
                 });
             }
-            Manifest::default().write(&*dir)?;
+            let manifest = Manifest {
+                segments: Vec::new(),
+                identity: Some(Identity::new()),
+            };
+            manifest.write(&*dir)?;
             // Writing it staged the manifest over any `MANIFEST.tmp` left by
             // a first open cut short, and renamed it: list again.
             names = dir.list()?;
         }
-        let manifest = Manifest::read(&*dir)?;
+        let mut manifest = Manifest::read(&*dir)?;
+        if manifest.identity.is_none() {
+            // A store written before stores had identities: it gets one now,
+            // durably, so that it keeps it.
+            manifest.identity = Some(Identity::new());
+            manifest.write(&*dir)?;
+        }
+        let identity = manifest.identity.unwrap_or_default();
         let segments = manifest
             .segments
             .par_iter()
@@ -186,7 +213,52 @@ impl Store {
             dir,
             current: RwLock::new(Arc::new(Snapshot::new(segments))),
             next_id: Mutex::new(next_id),
+            identity: RwLock::new(identity),
         })
+    }
+
+    /// Who the store is and the last master write it applied.
+    pub fn identity(&self) -> Identity {
+        *self.identity.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// [`Store::import`] as write `stamp` of a master of `epoch`, fenced:
+    /// applied only if it is later than every write the store has applied
+    /// and no later epoch has written; then recorded, in the same manifest
+    /// as the batch, as the store's last write (even if it sets no bit).
+    pub fn import_at(
+        &self,
+        epoch: u64,
+        stamp: Stamp,
+        batch: &[(u64, VectorPart<'_>)],
+    ) -> Result<Fenced<ImportStats>, StoreError> {
+        let mut next_id = self.next_id.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(after) = self.fence(epoch, stamp) else {
+            return Ok(self.refusal(epoch));
+        };
+        self.import_locked(&mut next_id, batch, after)
+            .map(Fenced::Applied)
+    }
+
+    /// The identity the store has once it applies write `stamp` of a master
+    /// of `epoch`, or `None` if the fence refuses it.
+    fn fence(&self, epoch: u64, stamp: Stamp) -> Option<Identity> {
+        let now = self.identity();
+        (epoch >= now.epoch && stamp > now.applied).then_some(Identity {
+            store: now.store,
+            epoch,
+            applied: stamp,
+        })
+    }
+
+    /// Why the fence refused a write of a master of `epoch`.
+    fn refusal<T>(&self, epoch: u64) -> Fenced<T> {
+        let now = self.identity();
+        if epoch < now.epoch {
+            Fenced::OlderEpoch(now.epoch)
+        } else {
+            Fenced::AlreadyApplied(now.applied)
+        }
     }
 
     /// Sets the bits of every (vid, vector) (union with what is held); vids
@@ -198,19 +270,23 @@ impl Store {
     /// error says so ([`StoreError::Compaction`]).
     pub fn import(&self, batch: &[(u64, VectorPart<'_>)]) -> Result<ImportStats, StoreError> {
         let mut next_id = self.next_id.lock().unwrap_or_else(PoisonError::into_inner);
-        self.import_locked(&mut next_id, batch)
+        let identity = self.identity();
+        self.import_locked(&mut next_id, batch, identity)
     }
 
-    /// [`Store::import`], the caller holding the write lock (`next_id`).
+    /// [`Store::import`], the caller holding the write lock (`next_id`);
+    /// the manifest it installs records `after`.
     fn import_locked(
         &self,
         next_id: &mut u64,
         batch: &[(u64, VectorPart<'_>)],
+        after: Identity,
     ) -> Result<ImportStats, StoreError> {
         let mut order: Vec<usize> = (0..batch.len())
             .filter(|&i| !batch[i].1.is_empty())
             .collect();
         if order.is_empty() {
+            self.record(after)?;
             return Ok(ImportStats::default());
         }
         order.sort_by_key(|&i| batch[i].0);
@@ -234,7 +310,7 @@ impl Store {
         let segment = Arc::new(Segment::open(&*self.dir, id, bytes)?);
         let mut segments = self.snapshot().segments.clone();
         segments.push(segment);
-        self.install(segments)?;
+        self.install(segments, after)?;
         let merged_segments = self
             .merge_full_tiers(next_id)
             .map_err(|e| StoreError::Compaction(Box::new(e)))?;
@@ -250,9 +326,9 @@ impl Store {
         Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// Makes `segments` (oldest first) the live set: the manifest first, then
-    /// the snapshot readers see.
-    fn install(&self, segments: Vec<Arc<Segment>>) -> Result<(), StoreError> {
+    /// Makes `segments` (oldest first) the live set and `identity` the
+    /// store's: the manifest first, then what readers see.
+    fn install(&self, segments: Vec<Arc<Segment>>, identity: Identity) -> Result<(), StoreError> {
         let manifest = Manifest {
             segments: segments
                 .iter()
@@ -261,11 +337,25 @@ impl Store {
                     len: s.len(),
                 })
                 .collect(),
+            identity: Some(identity),
         };
         manifest.write(&*self.dir)?;
         *self.current.write().unwrap_or_else(PoisonError::into_inner) =
             Arc::new(Snapshot::new(segments));
+        *self
+            .identity
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = identity;
         Ok(())
+    }
+
+    /// Records `identity` (a write that changed no vector) unless it is the
+    /// store's already; the caller holds the write lock.
+    fn record(&self, identity: Identity) -> Result<(), StoreError> {
+        if identity == self.identity() {
+            return Ok(());
+        }
+        self.install(self.snapshot().segments.clone(), identity)
     }
 
     /// Merges runs of consecutive segments until no size tier is full;
@@ -282,7 +372,7 @@ impl Store {
             let len = merge::write(&*self.dir, id, group, run.start == 0)?;
             let mut segments = snapshot.segments.clone();
             segments.splice(run, [Arc::new(Segment::open(&*self.dir, id, len)?)]);
-            self.install(segments)?;
+            self.install(segments, self.identity())?;
             for old in group {
                 // Snapshots still holding the old segment keep its map. A
                 // failed delete only leaves a file the manifest no longer
@@ -324,6 +414,7 @@ mod tests {
     fn only_files_of_interrupted_writes_are_leftovers() {
         let manifest = Manifest {
             segments: vec![SegmentRecord { id: 3, len: 100 }],
+            identity: None,
         };
         assert!(!is_leftover(MANIFEST_NAME, &manifest));
         assert!(!is_leftover(&segment_name(3), &manifest));

@@ -114,8 +114,13 @@ pub trait Directory: Send + Sync + fmt::Debug {
     /// Starts writing file `name` (see [`FileWriter`]).
     fn create(&self, name: &str) -> Result<Box<dyn FileWriter>, StoreError>;
 
-    /// Removes file `name`; bytes already read from it stay valid.
+    /// Removes file `name`; bytes already read from it stay valid. The
+    /// removal may be lost in a crash until [`Directory::sync`].
     fn delete(&self, name: &str) -> Result<(), StoreError>;
+
+    /// Makes every removal so far durable (a record whose removal is a
+    /// commit, such as a master's journal entry, must not come back).
+    fn sync(&self) -> Result<(), StoreError>;
 
     /// Opens file `name` to append to (see [`AppendFile`]), creating it empty,
     /// durably, if missing.
@@ -236,6 +241,10 @@ impl Directory for MmapDirectory {
         // Not synced: a deletion lost in a crash leaves a file the manifest
         // does not name, which the store removes when it next opens.
         fs::remove_file(&path).map_err(|e| StoreError::io("delete", &path, e))
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        sync_dir(&self.root)
     }
 
     fn open_append(&self, name: &str) -> Result<Box<dyn AppendFile>, StoreError> {
@@ -475,6 +484,10 @@ impl Directory for MemoryDirectory {
                 io::ErrorKind::NotFound.into(),
             )),
         }
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        Ok(())
     }
 
     fn open_append(&self, name: &str) -> Result<Box<dyn AppendFile>, StoreError> {

@@ -39,7 +39,7 @@ use std::sync::{Arc, PoisonError};
 use super::aggregate::{self, AGGREGATE_LEVELS};
 use super::segment::{RecordKind, Segment, SegmentWriter};
 use super::storage::Directory;
-use super::{Snapshot, Store, StoreError, take_id};
+use super::{Fenced, Identity, Snapshot, Stamp, Store, StoreError, take_id};
 use crate::fold::UnionPlan;
 use crate::vector::{CONTAINER_WORDS, ContainerRef, VectorBuf, VectorPart};
 
@@ -109,9 +109,37 @@ impl Store {
     /// the whole vector, so no aggregate needs rebuilding.
     pub fn update(&self, batch: &[Update<'_>]) -> Result<UpdateStats, StoreError> {
         let mut next_id = self.next_id.lock().unwrap_or_else(PoisonError::into_inner);
+        let identity = self.identity();
+        self.update_locked(&mut next_id, batch, identity)
+    }
+
+    /// [`Store::update`] as write `stamp` of a master of `epoch`, fenced
+    /// as [`Store::import_at`] is.
+    pub fn update_at(
+        &self,
+        epoch: u64,
+        stamp: Stamp,
+        batch: &[Update<'_>],
+    ) -> Result<Fenced<UpdateStats>, StoreError> {
+        let mut next_id = self.next_id.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(after) = self.fence(epoch, stamp) else {
+            return Ok(self.refusal(epoch));
+        };
+        self.update_locked(&mut next_id, batch, after)
+            .map(Fenced::Applied)
+    }
+
+    /// [`Store::update`], the caller holding the write lock (`next_id`);
+    /// the manifest it installs records `after`.
+    fn update_locked(
+        &self,
+        next_id: &mut u64,
+        batch: &[Update<'_>],
+        after: Identity,
+    ) -> Result<UpdateStats, StoreError> {
         let snapshot = self.snapshot();
         if let Some(created) = only_creates(batch, &snapshot) {
-            let stats = self.import_locked(&mut next_id, &created)?;
+            let stats = self.import_locked(next_id, &created, after)?;
             let mut changed: Vec<u64> = created.iter().map(|&(vid, _)| vid).collect();
             changed.sort_unstable();
             return Ok(UpdateStats {
@@ -142,9 +170,10 @@ impl Store {
             .map(|(vid, (_, after))| (vid, after))
             .collect();
         if changed.is_empty() {
+            self.record(after)?;
             return Ok(UpdateStats::default());
         }
-        let id = take_id(&mut next_id);
+        let id = take_id(next_id);
         let clears = batch.iter().any(|u| matches!(u, Update::Clear(..)));
         let bytes = if clears {
             write_update(&*self.dir, id, &snapshot, &changed)?
@@ -153,9 +182,9 @@ impl Store {
         };
         let mut segments = snapshot.segments.clone();
         segments.push(Arc::new(Segment::open(&*self.dir, id, bytes)?));
-        self.install(segments)?;
+        self.install(segments, after)?;
         let merged_segments = self
-            .merge_full_tiers(&mut next_id)
+            .merge_full_tiers(next_id)
             .map_err(|e| StoreError::Compaction(Box::new(e)))?;
         Ok(UpdateStats {
             changed: changed.into_keys().collect(),
