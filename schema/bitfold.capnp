@@ -146,6 +146,10 @@ struct Machine {
   # An entry of a chain's machine table.
   name @0 :Text;
   addr @1 :Text;
+  session @2 :UInt64;  # the slave process the master checked there (`StoreState`):
+                       # a slave refuses a call meant for another, so that a
+                       # restarted one (perhaps wiped, replaced or restored from
+                       # a backup) is read only once the master has checked its store
 }
 
 struct MachineVecNode {
@@ -201,6 +205,8 @@ struct Change {
     clear @1 :List(Part);     # remove these bits; the vector keeps existing
     delete @2 :Void;          # remove the vector
     replace @3 :List(Part);   # make the vector exactly these bits (a repair's copy)
+    set @4 :List(Part);       # set these bits (an import, as the master's journal
+                              # holds it; it travels to a slave as `import`)
   }
 }
 
@@ -208,7 +214,28 @@ struct ChangeResult {
   union {
     changed @0 :Data;    # the vids this slave changed, u64 little-endian, ascending
     error @1 :Text;
+    refused @2 :Text;    # not applied, by the fence: the write is for another
+                         # session, or a master of a later epoch has written here
   }
+}
+
+struct Stamp {
+  # A master's write as a slave's fence sees it (docs/protocol.md §8): the
+  # slave process it is for, the master's epoch and the write's place in
+  # the master's order.
+  session @0 :UInt64;
+  epoch @1 :UInt64;
+  write @2 :UInt64;   # grows with every write, across the master's restarts
+  piece @3 :UInt64;   # the piece of a write sent in several, from 0
+}
+
+struct StoreState {
+  # Who a slave is and how far the master's writes have reached its store.
+  store @0 :UInt64;    # made when its data directory was created
+  session @1 :UInt64;  # made when the process started
+  epoch @2 :UInt64;    # the newest master epoch whose write it applied
+  write @3 :UInt64;    # the last write it applied, and its piece
+  piece @4 :UInt64;
 }
 
 struct PendingUpdate {
@@ -217,6 +244,20 @@ struct PendingUpdate {
   id @0 :UInt64;
   waiting @1 :List(UInt32);   # the owners (cluster file index) still to apply it
   changes @2 :List(Change);   # every change, in order, for every owner
+}
+
+struct Ledger {
+  # The master's record of its epoch, of the write numbers it has given out
+  # and of the store it checked on each slave: its data directory's `ledger`.
+  epoch @0 :UInt64;            # the epoch of the master that wrote it
+  nextWrite @1 :UInt64;        # no write was given this number or a later one
+  slaves @2 :List(SlaveStore);
+}
+
+struct SlaveStore {
+  name @0 :Text;       # the slave, by its name in the cluster file
+  store @1 :UInt64;    # the store it holds every vector it owns in
+  applied @2 :UInt64;  # a write that store is known to have applied
 }
 
 struct MissedWrites {
@@ -268,6 +309,9 @@ struct PullOutcome {
     done @0 :Void;
     sourceFailed @1 :Text;   # `from` did not answer, or not as asked
     storeFailed @2 :Text;    # this slave could not store the copies
+    refused @3 :Text;        # not stored, by the fence (see `ChangeResult.refused`)
+    stale @4 :UInt64;        # not stored: this slave has applied a later write (this
+                             # one) since the call was stamped; ask again, stamped anew
   }
 }
 
@@ -299,45 +343,57 @@ interface Slave {
   # machine. With `report`, `hops` holds every hop of the query: each chain's
   # (or each machine's gather), then the coordinator's AND.
 
-  fetch @2 (vid :UInt64, want :Want) -> (result :FetchResult);
+  fetch @2 (vid :UInt64, want :Want, session :UInt64) -> (result :FetchResult);
   # Point query: the vector `vid` as this slave holds it, or its count.
+  # Refused unless this slave's session is `session`.
 
-  import @3 (vectors :List(VidVector)) -> (outcome :Outcome);
-  # Sets the bits of every vector; `ok` once durable on this slave.
+  import @3 (vectors :List(VidVector), stamp :Stamp) -> (outcome :Outcome, state :StoreState);
+  # Sets the bits of every vector; `ok` once durable on this slave. Fenced:
+  # an `error` unless `stamp.session` is this slave's and `stamp.epoch` is
+  # not older than the newest it has applied; `ok` without applying it
+  # again if this write (or a later one) is applied already. `state` is
+  # the slave's after the call.
 
-  health @4 () -> (vectors :UInt64, bytes :UInt64, readBytes :UInt64, sentBytes :UInt64);
+  health @4 () -> (vectors :UInt64, bytes :UInt64, readBytes :UInt64, sentBytes :UInt64,
+                   state :StoreState);
   # Answers when the slave is alive: how many vectors and data bytes it
   # holds, and since it started, the bytes of vectors its folds read and
-  # the bytes it sent to other processes.
+  # the bytes it sent to other processes; who it is and the last write it
+  # applied.
 
   catalog @5 () -> (vids :Data);
   # Every vid this slave holds, ascending, as u64 little-endian.
 
-  gather @6 (terms :List(Data), report :Bool) -> (result :GatherResult, hop :Hop);
+  gather @6 (terms :List(Data), report :Bool, session :UInt64) -> (result :GatherResult, hop :Hop);
   # Fan-out: for each term, the OR of the vectors this slave holds among
   # the term's vids, one vector per term. A term's vids are runs, each two
   # u64 little-endian, `first` and `last`: ascending and disjoint. A reply
   # holds the first terms asked, in order: all of them, or as many as fit
   # in 64 MiB of vectors (at least one); the caller asks again for the rest.
   # With `report`, `hop` says what it read and sent, and its time.
+  # Refused unless this slave's session is `session`.
 
-  update @7 (changes :List(Change)) -> (result :ChangeResult);
+  update @7 (changes :List(Change), stamp :Stamp) -> (result :ChangeResult, state :StoreState);
   # Applies every change, in order, atomically and durably; changes to
-  # vectors this slave does not hold change nothing.
+  # vectors this slave does not hold change nothing. Fenced as `import` is
+  # (`refused`, or `changed` empty for a write applied already).
 
-  fetchMany @8 (vids :Data, maxBytes :UInt64) -> (copies :FetchedCopies);
+  fetchMany @8 (vids :Data, maxBytes :UInt64, session :UInt64) -> (copies :FetchedCopies);
   # Copies for a move or a refill: the vectors `vids` (u64 little-endian,
   # at most 65,536) as this slave holds them, in the order asked, until
   # the reply holds `maxBytes` of vector data (cut to 64 MiB; at least one
   # vector). Ask again with the vids after `answered` for the rest.
+  # Refused unless this slave's session is `session`.
 
-  pull @9 (from :Text, vids :Data, maxBytes :UInt64)
-      -> (answered :UInt32, vectors :UInt64, bytes :UInt64, outcome :PullOutcome);
+  pull @9 (from :Text, vids :Data, maxBytes :UInt64, stamp :Stamp, fromSession :UInt64)
+      -> (answered :UInt32, vectors :UInt64, bytes :UInt64, outcome :PullOutcome,
+          state :StoreState);
   # A move or a refill, copied straight from slave to slave: this slave
   # asks the slave at address `from` for the vectors `vids` with one
   # `fetchMany` (`vids` and `maxBytes` as there) and stores the first
   # `answered` exactly as `from` holds them (a replace; a vid `from` does
   # not hold is deleted here), durably, before it answers. Ask again with
   # the vids after `answered` for the rest. `vectors` and `bytes` count
-  # what it stored, as the copies travelled.
+  # what it stored, as the copies travelled. The copies are a write of the
+  # master (`stamp`, fenced as `import` is) read from session `fromSession`.
 }

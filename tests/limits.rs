@@ -103,6 +103,12 @@ async fn connect<C: FromClientHook>(addr: &str) -> C {
 }
 
 /// The text of a failed call, or a panic if it did not fail.
+/// The session a slave's calls must name (its health answer's).
+async fn session(slave: &slave::Client) -> u64 {
+    let health = slave.health_request().send().promise.await.unwrap();
+    health.get().unwrap().get_state().unwrap().get_session()
+}
+
 fn refusal<T>(answer: capnp::Result<T>, what: &str) -> String {
     match answer {
         Ok(_) => panic!("{what} was accepted"),
@@ -238,7 +244,9 @@ fn slave_refuses_import(
 ) -> String {
     on_runtime(async {
         let slave: slave::Client = connect(&cluster.slave_addrs[0]).await;
+        let session = session(&slave).await;
         let mut request = slave.import_request();
+        request.get().init_stamp().set_session(session);
         request
             .get()
             .set_vectors(vectors.get_root_as_reader().unwrap())
@@ -565,12 +573,15 @@ fn runs_of_vids_past_the_last_vid_or_out_of_order_are_refused() {
                 .flat_map(|v| v.to_le_bytes())
                 .collect::<Vec<u8>>()
         };
+        let session = session(&slave).await;
         let mut request = slave.gather_request();
+        request.get().set_session(session);
         request.get().init_terms(1).set(0, &term(&[0, 3, 2, 9]));
         let gather = refusal(request.send().promise.await, "the gather");
         // One run naming every vid: the slave answers with the first it
         // lacks, having looked at what it holds, not at 2^64 vids.
         let mut request = slave.gather_request();
+        request.get().set_session(session);
         request.get().init_terms(1).set(0, &term(&[0, u64::MAX]));
         let answer = request
             .send()

@@ -346,7 +346,7 @@ fn a_slave_replaced_by_a_new_machine_is_refilled() {
 /// `unavailable`. Returns the oracle with those bits.
 fn import_missed_by_s1(cluster: &mut Cluster, client: &Client, mut oracle: Oracle) -> Oracle {
     // The master believes s1 is up until a call to it fails: this import of
-    // new bits into existing vectors is stored by s0 only.
+    // new bits into existing vectors is recorded, and stored by s0 only.
     cluster.kill_slave(1);
     let added: Vec<(u64, bitfold_engine::VectorBuf)> = (0..48u64)
         .map(|vid| {
@@ -358,8 +358,9 @@ fn import_missed_by_s1(cluster: &mut Cluster, client: &Client, mut oracle: Oracl
     match client.import(&batch) {
         Err(Error::Query {
             kind: ErrorKind::Unavailable,
+            message,
             ..
-        }) => {}
+        }) if message.contains("recorded but not yet complete") => {}
         other => panic!("an import an owner missed: {other:?}"),
     }
     for vid in 0..48u64 {
@@ -369,7 +370,8 @@ fn import_missed_by_s1(cluster: &mut Cluster, client: &Client, mut oracle: Oracl
 }
 
 /// Restarts s1, waits until the master reports every vector on both
-/// owners, then kills s0: s1 alone must answer with the import's bits.
+/// owners, then kills s0: s1 alone must answer with the import's bits
+/// (it was caught up on the import it missed).
 fn assert_s1_copied_back(cluster: &mut Cluster, oracle: &Oracle) {
     cluster.restart_slave(1).expect("s1 restarts");
     let client = cluster.client();
@@ -381,18 +383,19 @@ fn assert_s1_copied_back(cluster: &mut Cluster, oracle: &Oracle) {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(client.placement().unwrap().under_replicated, 0);
-    // s1 alone answers with the import's bits: they were copied back to it.
+    // s1 alone answers with the import's bits: it applied the import it missed.
     cluster.kill_slave(0);
     assert_all(&client, oracle);
 }
 
 #[test]
-fn an_import_that_failed_on_an_owner_is_copied_back_before_it_serves_those_vectors() {
+fn an_owner_that_missed_an_import_is_caught_up_before_it_serves_those_vectors() {
     let mut cluster = Cluster::start(2, 2);
     let client = cluster.client();
     let oracle = load(&cluster, 27);
     let oracle = import_missed_by_s1(&mut cluster, &client, oracle);
-    // s0 serves them meanwhile; s1 comes back without the import's bits.
+    // s0 serves them meanwhile; s1 comes back without the import's bits,
+    // and applies it from the master's journal before it serves.
     assert_all(&client, &oracle);
     assert_s1_copied_back(&mut cluster, &oracle);
 }
@@ -403,8 +406,8 @@ fn a_restarted_master_still_knows_which_owner_missed_an_import() {
     let client = cluster.client();
     let oracle = load(&cluster, 28);
     let oracle = import_missed_by_s1(&mut cluster, &client, oracle);
-    // Back, s1 holds every vid: only the master's record of the failed
-    // import keeps it from serving them without the import's bits.
+    // Back, s1 holds every vid: only the master's journal of the import
+    // keeps it from serving them without the import's bits.
     cluster.restart_master();
     assert_all(&cluster.client(), &oracle);
     assert_s1_copied_back(&mut cluster, &oracle);
@@ -456,8 +459,17 @@ fn a_copy_left_on_a_slave_that_no_longer_owns_it_does_not_bring_back_a_deleted_v
         })
         .expect("s1 is the second owner of some vid");
     cluster.kill_slave(1);
-    rebalance_to(&cluster, 3, 1);
-    // s1, which owns a third of the vectors now, is down.
+    // The move is made, but s1, which owns a third of the vectors now, is
+    // down: the cluster is not whole, and `rebalance` says so.
+    cluster.write_cluster_file(3, 1);
+    let run = cluster.cli(&["rebalance"]);
+    assert_eq!(run.status.code(), Some(5), "{}", stderr(&run));
+    assert!(
+        stderr(&run).contains("run `bitfold rebalance` again once the slaves are up")
+            && stderr(&run).contains("s1"),
+        "{}",
+        stderr(&run)
+    );
     assert!(client.query("R:0-47", Format::Count).is_err());
     assert_eq!(client.delete(&[(gone, gone)]).unwrap(), 1);
     oracle.delete(gone, gone);
@@ -469,8 +481,10 @@ fn a_copy_left_on_a_slave_that_no_longer_owns_it_does_not_bring_back_a_deleted_v
     let term = [(gone, gone), (0, 47)];
     assert_answer(&client, &Oracle::range_query(&term), &oracle.range(&term));
     // And the copies s1 no longer owns, the deleted one among them, are
-    // gone from it: each slave holds exactly what it owns.
+    // gone from it: each slave holds exactly what it owns, and `rebalance`
+    // finds the cluster whole.
     wait_until_placed(&client, &owned(&oracle, 3, 1));
+    rebalance_to(&cluster, 3, 1);
 }
 
 /// The first vid of `oracle` that s3 owns in a cluster of 4 slaves with
@@ -502,7 +516,7 @@ fn a_slave_removed_with_an_update_pending_is_caught_up_when_it_is_added_back() {
     let cleared = bitfold_engine::VectorBuf::from_bits(vec![bit]);
     match client.clear(&[(vid, cleared.as_part())]) {
         Err(Error::Query { message, .. }) => assert!(
-            message.contains("the update is recorded but not yet complete"),
+            message.contains("the write is recorded but not yet complete"),
             "{message}"
         ),
         other => panic!("a clear with s3 dead cannot complete: {other:?}"),

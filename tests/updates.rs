@@ -153,7 +153,7 @@ fn an_owner_that_misses_an_update_catches_up_before_it_serves_again() {
     let run = cluster.cli(&["import", "--clear", &path]);
     assert_eq!(run.status.code(), Some(5), "{}", stdout(&run));
     assert!(
-        stderr(&run).contains("the update is recorded but not yet complete"),
+        stderr(&run).contains("the write is recorded but not yet complete"),
         "{}",
         stderr(&run)
     );

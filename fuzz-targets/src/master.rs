@@ -7,7 +7,7 @@ use crate::files::directory;
 /// The names a fuzzed master directory's files get, by the first byte of
 /// their record: the cluster file the master is started with, then what
 /// the master keeps in its data directory.
-const NAMES: [&str; 7] = [
+const NAMES: [&str; 8] = [
     "cluster.toml",
     "placement.toml",
     "move.toml",
@@ -15,6 +15,7 @@ const NAMES: [&str; 7] = [
     "update-00000000000000000002.pending",
     "missed-writes",
     VID_LOG_NAME,
+    "ledger",
 ];
 
 /// The cluster file a master is started with when the input has none.
@@ -25,8 +26,8 @@ const CLUSTER: &str = "replicas = 2\ngroup = 16\n\
 
 /// A master's start: `data` is a list of files (`files.rs`) put in a
 /// `MemoryDirectory`, the cluster file among them (or a default one of three slaves); the
-/// journal's and the missed writes' sealed files and the catalog log are
-/// resealed where asked. Starting never panics, and if it starts: its
+/// journal's, the missed writes' and the ledger's sealed files and the
+/// catalog log are resealed where asked. Starting never panics, and if it starts: its
 /// layouts are valid, a move's target extends the current layout (the same
 /// group, the same slave at every position both have), the missed writes
 /// name existing vectors, one set per slave; and the records the master
@@ -64,6 +65,10 @@ pub fn master(data: &[u8]) {
     for vids in &first.missed {
         assert!(vids.iter().all(|v| first.vids.binary_search(v).is_ok()));
     }
+    assert!(
+        first.stores.windows(2).all(|w| w[0].0 < w[1].0),
+        "one store per slave name"
+    );
 }
 
 #[cfg(test)]
@@ -71,7 +76,7 @@ mod tests {
     use std::sync::Arc;
 
     use bitfold_engine::store::{MemoryDirectory, VidLog, write_sealed};
-    use bitfold_rpc::bitfold_capnp::{missed_writes, pending_update};
+    use bitfold_rpc::bitfold_capnp::{ledger, missed_writes, pending_update};
     use capnp::message::Builder;
 
     use super::*;
@@ -115,6 +120,14 @@ mod tests {
         let log = Arc::new(MemoryDirectory::new());
         let (mut vids, _) = VidLog::with_directory(log.clone()).unwrap();
         vids.append(&[1, 2, 3, 9, 40]).unwrap();
+        let mut book = Builder::new_default();
+        let mut root: ledger::Builder<'_> = book.init_root();
+        root.set_epoch(4);
+        root.set_next_write(100);
+        let mut slave = root.init_slaves(1).get(0);
+        slave.set_name("s2");
+        slave.set_store(77);
+        slave.set_applied(12);
         let mut missed = Builder::new_default();
         let root: missed_writes::Builder<'_> = missed.init_root();
         let mut by = root.init_slaves(1).get(0);
@@ -134,6 +147,10 @@ mod tests {
                 sealed(&capnp::serialize::write_message_to_words(&missed)),
             ),
             (NAMES[6], log.read(VID_LOG_NAME).unwrap().to_vec()),
+            (
+                NAMES[7],
+                sealed(&capnp::serialize::write_message_to_words(&book)),
+            ),
         ]
     }
 
@@ -158,8 +175,9 @@ mod tests {
                 .map(|(id, w, _)| (*id, w.clone()))
                 .collect();
             assert_eq!(ids, [(1, vec![1]), (2, vec![0, 3])]);
-            assert_eq!(first.deleted, [40, 3]);
+            assert_eq!(first.deleted, [3, 40]);
             assert_eq!(first.missed, [vec![], vec![2, 9], vec![], vec![]]);
+            assert_eq!(first.stores, [("s2".to_string(), 77, 12)]);
             master(&input(reseal));
         }
     }

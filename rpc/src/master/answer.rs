@@ -15,6 +15,7 @@ use capnp::capability::Response;
 
 use super::Master;
 use super::plan::{self, Chain, Plan, PlanShape};
+use super::probe::Writes;
 use super::reply::{Failure, Found};
 use super::trace::{Trace, describe_chain};
 use crate::bitfold_capnp::{
@@ -123,6 +124,7 @@ impl Master {
                 Attempt::Found(found) => return Ok(found),
                 Attempt::Failed(machines) => {
                     self.metrics.failed_machines(machines.len());
+                    self.check_restarted(&machines).await;
                     failed.extend(machines);
                 }
                 Attempt::OutOfTime => break,
@@ -302,6 +304,7 @@ impl Master {
             .call(addr, time.wait, |client| {
                 let mut request = client.fetch_request();
                 request.get().set_vid(vid);
+                request.get().set_session(self.session(owner));
                 request
                     .get()
                     .set_want(if count { Want::Count } else { Want::Vector });
@@ -337,6 +340,20 @@ impl Master {
         )
     }
 
+    /// When a slave among `failed` refused a call because it restarted,
+    /// asks every slave at once: those that restarted too (a whole cluster
+    /// started again) are checked now, and once their stores are checked
+    /// (and they have caught up) the next attempt may use them.
+    async fn check_restarted(&self, failed: &[FailedMachine]) {
+        if failed
+            .iter()
+            .any(|m| m.reason.contains(crate::slave::NEW_PROCESS))
+        {
+            let all = 0..self.layout().slaves().len();
+            futures::future::join_all(all.map(|i| self.probe(i, Writes::Take))).await;
+        }
+    }
+
     /// Marks slave `index` down for `reason` and names it as failed.
     fn machine_failed(&self, index: usize, reason: String) -> FailedMachine {
         self.mark_down(index, &reason);
@@ -358,6 +375,7 @@ impl Master {
             let mut machine = list.reborrow().get(i as u32);
             machine.set_name(entry.name.as_str());
             machine.set_addr(entry.addr.as_str());
+            machine.set_session(self.session(i));
         }
     }
 

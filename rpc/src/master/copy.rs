@@ -27,6 +27,10 @@ use crate::wire;
 /// merge them mid-move. Larger moves merge as large imports do.
 const ROUND_BYTES: u64 = 32 << 20;
 
+/// How many times in a row a round may be overtaken by other sources'
+/// rounds before the copy gives up (each overtaking round was stored).
+const MAX_STALE: u32 = 8;
+
 /// The vids one source slave is asked for.
 struct Source {
     slave: usize,
@@ -106,32 +110,51 @@ impl Master {
         while done < source.vids.len() {
             let rest = &source.vids[done..];
             let asked = &rest[..rest.len().min(wire::MAX_FETCH_VIDS as usize)];
-            let response = self
-                .pool
-                .call(to, self.options.import_timeout, |client| {
-                    let mut request = client.pull_request();
-                    request.get().set_from(from.as_str());
-                    request.get().set_vids(bytemuck::cast_slice(asked));
-                    request.get().set_max_bytes(ROUND_BYTES);
-                    request.send().promise
-                })
-                .await
-                .map_err(CopyError::Send)?;
-            let answered = self.read_pulled(&response, source.slave, asked.len(), &mut copied)?;
+            let mut stale = 0;
+            let answered = loop {
+                let write = self.write_number().await.map_err(CopyError::Send)?;
+                let response = self
+                    .pool
+                    .call(to, self.options.import_timeout, |client| {
+                        let mut request = client.pull_request();
+                        self.stamp(request.get().init_stamp(), self.session(owner), write, 0);
+                        request.get().set_from_session(self.session(source.slave));
+                        request.get().set_from(from.as_str());
+                        request.get().set_vids(bytemuck::cast_slice(asked));
+                        request.get().set_max_bytes(ROUND_BYTES);
+                        request.send().promise
+                    })
+                    .await
+                    .map_err(CopyError::Send)?;
+                match self.read_pulled(&response, owner, source.slave, asked.len(), &mut copied)? {
+                    Some(answered) => break answered,
+                    // Overtaken by the round of another source, stamped later.
+                    None if stale < MAX_STALE => stale += 1,
+                    None => {
+                        return Err(CopyError::Send(format!(
+                            "it refused {MAX_STALE} rounds of copies as older than what it \
+                             applied"
+                        )));
+                    }
+                }
+            };
             done += answered;
         }
         Ok(copied)
     }
 
-    /// What a `pull` of `asked` vids from slave `source` did: adds what it
-    /// copied to `copied` and returns how many vids it answered.
+    /// What a `pull` by slave `owner` of `asked` vids from slave `source`
+    /// did: adds what it copied to `copied` and returns how many vids it
+    /// answered, or `None` when it stored nothing because a later-stamped
+    /// round overtook this one.
     fn read_pulled(
         &self,
         response: &Response<slave::pull_results::Owned>,
+        owner: usize,
         source: usize,
         asked: usize,
         copied: &mut Copied,
-    ) -> Result<usize, CopyError> {
+    ) -> Result<Option<usize>, CopyError> {
         let malformed =
             |e: capnp::Error| CopyError::Send(format!("it answered a malformed message: {e}"));
         let reply = response.get().map_err(malformed)?;
@@ -151,8 +174,12 @@ impl Master {
                     &[source],
                 )));
             }
-            pull_outcome::StoreFailed(reason) => return Err(CopyError::Send(slave_said(reason))),
+            pull_outcome::StoreFailed(reason) | pull_outcome::Refused(reason) => {
+                return Err(CopyError::Send(slave_said(reason)));
+            }
+            pull_outcome::Stale(_) => return Ok(None),
         }
+        self.saw_applied(owner, reply.get_state());
         let answered = reply.get_answered() as usize;
         if answered == 0 || answered > asked {
             return Err(CopyError::Send(format!(
@@ -161,7 +188,7 @@ impl Master {
         }
         copied.vectors += reply.get_vectors();
         copied.bytes += reply.get_bytes();
-        Ok(answered)
+        Ok(Some(answered))
     }
 }
 
@@ -181,6 +208,6 @@ pub(super) fn read_changed(
                 wire::vids(bytes.map_err(malformed)?).map_err(|e| format!("it answered {e}"))?;
             Ok(vids.into_owned())
         }
-        change_result::Error(text) => Err(slave_said(text)),
+        change_result::Error(text) | change_result::Refused(text) => Err(slave_said(text)),
     }
 }

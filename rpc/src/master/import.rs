@@ -1,19 +1,24 @@
-//! Import fan-out: every non-empty vector goes to all its owners, and its
-//! vid is recorded in the catalog only once every owner has stored it.
+//! Imports: every non-empty vector is recorded in the master's journal,
+//! then set on all its owners (`update`), and its vid recorded in the
+//! catalog: the import is on every owner, on none, or recorded and rolled
+//! forward on the owners that missed it.
+
+use std::collections::BTreeSet;
 
 use bitfold_engine::VectorPart;
-use capnp::capability::Promise;
+use capnp::message::Builder;
 
 use super::Master;
 use super::reply::Failure;
-use crate::bitfold_capnp::{outcome, vid_vector};
-use crate::catalog::Catalog;
+use super::update::Kind;
+use crate::bitfold_capnp::{change, vid_vector};
 use crate::client::ErrorKind;
 use crate::wire::{self, WirePart};
 
 impl Master {
-    /// Sends every non-empty vector to all its owners, then records the
-    /// vids; returns the bytes of the vectors stored.
+    /// Records the import of every non-empty vector, has all its owners
+    /// set its bits and records the vids; returns the bytes of the vectors
+    /// stored.
     pub(super) async fn import_vectors(
         &self,
         vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
@@ -21,133 +26,23 @@ impl Master {
         wire::check_import(vectors).map_err(bad_query)?;
         let read = read_vectors(vectors)?;
         let views = holding_bits(&read)?;
-        let layout = self.layout();
-        let slaves = layout.slaves().len();
-        let mut by_owner: Vec<Vec<usize>> = vec![Vec::new(); slaves];
-        let mut vids = Vec::new();
-        for (i, (vid, _)) in views.iter().enumerate() {
-            vids.push(*vid);
-            for owner in layout.write_owners(*vid) {
-                by_owner[owner].push(i);
-            }
-        }
         let bytes = views
             .iter()
             .flat_map(|(_, parts)| parts)
             .map(VectorPart::byte_len)
             .sum();
-        let _writing = self.writes.lock().await;
-        for owner in (0..slaves).filter(|&o| !by_owner[o].is_empty()) {
-            self.catch_up(owner).await.map_err(|reason| {
-                self.unavailable(
-                    format!(
-                        "the import was not applied: slave {} has not caught up on earlier \
-                         updates ({reason}); import again once it is up",
-                        self.slave_name(owner)
-                    ),
-                    &[owner],
-                )
-            })?;
+        let mut message = Builder::new_default();
+        let mut list: capnp::struct_list::Builder<'_, change::Owned> =
+            message.initn_root(views.len() as u32);
+        let mut vids = BTreeSet::new();
+        for (j, (vid, parts)) in views.iter().enumerate() {
+            let mut change = list.reborrow().get(j as u32);
+            change.set_vid(*vid);
+            wire::write_parts(change.init_set(parts.len() as u32), parts);
+            vids.insert(*vid);
         }
-        let views = &views;
-        let sends = by_owner
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| !e.is_empty())
-            .map(|(owner, entries)| {
-                let entry = &layout.slaves()[owner];
-                let timeout = if self.slaves.borrow()[owner].up {
-                    self.options.import_timeout
-                } else {
-                    self.options.rpc_timeout
-                };
-                async move {
-                    let answer = self
-                        .pool
-                        .call(&entry.addr, timeout, |client| {
-                            let mut request = client.import_request();
-                            let mut list = request.get().init_vectors(entries.len() as u32);
-                            for (j, &i) in entries.iter().enumerate() {
-                                let (vid, parts) = &views[i];
-                                let mut entry = list.reborrow().get(j as u32);
-                                entry.set_vid(*vid);
-                                wire::write_parts(entry.init_parts(parts.len() as u32), parts);
-                            }
-                            Promise::from_future(request.send().promise)
-                        })
-                        .await;
-                    (owner, answer)
-                }
-            });
-        let answers = futures::future::join_all(sends).await;
-        let mut down = Vec::new();
-        let mut reasons = Vec::new();
-        for (owner, answer) in answers {
-            let refused = match answer {
-                Ok(response) => match response
-                    .get()
-                    .and_then(|r| r.get_outcome())
-                    .and_then(|o| Ok(o.which()?))
-                {
-                    Ok(outcome::Ok(())) => None,
-                    Ok(outcome::Error(error)) => {
-                        let message = error
-                            .and_then(|e| Ok(e.get_message()?.to_string()?))
-                            .unwrap_or_else(|e| e.to_string());
-                        return Err(Failure::new(
-                            ErrorKind::Internal,
-                            format!("slave {}: {message}", self.slave_name(owner)),
-                        ));
-                    }
-                    Err(err) => Some(format!("it answered a malformed message: {err}")),
-                },
-                Err(reason) => Some(reason),
-            };
-            if let Some(reason) = refused {
-                self.mark_down(owner, &reason);
-                reasons.push(format!("{}: {reason}", self.slave_name(owner)));
-                down.push(owner);
-            }
-        }
-        if !down.is_empty() {
-            // Vectors that already existed may now differ between the owners
-            // that stored the import and those that failed: the latter are
-            // read for them only once they have been copied back.
-            {
-                let catalog = self.catalog.borrow();
-                for &owner in &down {
-                    let stale = by_owner[owner].iter().map(|&i| views[i].0);
-                    let stale = stale.filter(|&vid| {
-                        catalog.contains(vid)
-                            && layout.read_owners(vid).iter().any(|o| !down.contains(o))
-                    });
-                    self.note_failed_write(owner, stale.collect::<Vec<_>>());
-                }
-            }
-            if let Err(reason) = self.record_missed().await {
-                tracing::error!("{reason}");
-                reasons.push(format!(
-                    "{reason}: do not restart the master before importing again"
-                ));
-            }
-            let failure = self.unavailable(
-                format!(
-                    "the import was not recorded: every owner must store it ({}); \
-                     import again once they are up",
-                    reasons.join("; ")
-                ),
-                &down,
-            );
-            return Err(failure);
-        }
-        Catalog::insert(&self.catalog, vids)
-            .await
-            .map(|_| bytes)
-            .map_err(|e| {
-                Failure::internal(format!(
-                    "the vectors are stored but the master could not record them: {e}"
-                ))
-            })
+        self.apply(message, vids, Kind::Import).await?;
+        Ok(bytes)
     }
 }
 

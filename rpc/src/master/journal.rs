@@ -1,17 +1,18 @@
-//! The master's journal of updates (docs/protocol.md §8).
+//! The master's journal of writes (docs/protocol.md §8).
 //!
-//! An update (a clear or a delete) is recorded here, durably, before any
-//! owner applies it, and stays until every owner has acknowledged it. So a
-//! master killed in the middle of an update, or an owner that was down or
-//! failed, never leaves an owner serving the old bits: the update is rolled
-//! forward on every owner still waiting for it, in the order updates were
-//! recorded, before that owner is used again (`probe`) or written to
-//! (`import`, `update`).
+//! Every write (an import, a clear or a delete) is recorded here, durably,
+//! with its data, before any owner sees it, and stays until every owner
+//! has acknowledged it. So a master killed in the middle of a write, or an
+//! owner that was down or failed, never leaves owners that differ: the
+//! write is rolled forward on every owner still waiting for it, in the
+//! order writes were recorded, before that owner is used again (`probe`)
+//! or written to (`import`, `update`). A write's id is its number in the
+//! master's order ([`Ledger`](super::ledger::Ledger)).
 //!
-//! Each pending update is one sealed file of the master's data directory,
+//! Each pending write is one sealed file of the master's data directory,
 //! `update-<id>.pending`, holding a `PendingUpdate` message (its changes and
 //! the owners still waiting). It is rewritten, whole, as owners
-//! acknowledge, and deleted when none is left waiting.
+//! acknowledge, and deleted (the deletion synced) when none is left waiting.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -42,7 +43,6 @@ impl Pending {
 pub(super) struct Journal {
     dir: Arc<dyn Directory>,
     pending: BTreeMap<u64, Pending>,
-    next_id: u64,
 }
 
 impl Journal {
@@ -73,12 +73,12 @@ impl Journal {
             };
             pending.insert(id, Pending { waiting, message });
         }
-        let next_id = pending.keys().next_back().map_or(1, |id| id + 1);
-        Ok(Journal {
-            dir,
-            pending,
-            next_id,
-        })
+        Ok(Journal { dir, pending })
+    }
+
+    /// The id of the last pending write (0 when none is).
+    pub(super) fn last_id(&self) -> u64 {
+        self.pending.keys().next_back().copied().unwrap_or(0)
     }
 
     /// The pending updates, in the order they were recorded (for tests and
@@ -102,21 +102,30 @@ impl Journal {
         self.pending.get(&id)
     }
 
-    /// The vids of every recorded delete, in the order recorded: vectors
-    /// that must not be planned on, whichever owner has applied the delete.
-    pub(super) fn deleted_vids(&self) -> Result<Vec<u64>, String> {
-        let mut vids = Vec::new();
+    /// What the pending writes do to the catalog, taken in the order they
+    /// were recorded: the vids they leave existing (imported) and those they
+    /// leave deleted, whichever owners have applied them. A master stopped
+    /// between recording a write and the catalog's record of it takes these
+    /// into its catalog when it starts.
+    pub(super) fn catalog_changes(&self) -> Result<(Vec<u64>, Vec<u64>), String> {
+        let mut exists = BTreeMap::new();
         for (&id, pending) in &self.pending {
             let changes = pending
                 .changes()
-                .map_err(|e| format!("recorded update {id} is malformed: {e}"))?;
+                .map_err(|e| format!("recorded write {id} is malformed: {e}"))?;
             for change in changes.iter() {
-                if let Ok(change::Delete(())) = change.which() {
-                    vids.push(change.get_vid());
-                }
+                match change.which() {
+                    Ok(change::Set(_)) => exists.insert(change.get_vid(), true),
+                    Ok(change::Delete(())) => exists.insert(change.get_vid(), false),
+                    _ => None,
+                };
             }
         }
-        Ok(vids)
+        let (added, deleted): (Vec<_>, Vec<_>) = exists.into_iter().partition(|&(_, e)| e);
+        Ok((
+            added.into_iter().map(|(vid, _)| vid).collect(),
+            deleted.into_iter().map(|(vid, _)| vid).collect(),
+        ))
     }
 
     /// Writes every pending update as this journal would, into `to`, on
@@ -139,16 +148,17 @@ impl Journal {
         Ok(())
     }
 
-    /// Adds the update made of `changes` (a list of `Change` at the root of
-    /// the message), waiting for `owners`; returns its id and the bytes to
-    /// make durable with [`Journal::persist`] before anything applies it.
+    /// Adds write `id` (a number greater than every pending one's) made of
+    /// `changes` (a list of `Change` at the root of the message), waiting
+    /// for `owners`; returns what to make durable with [`Write::persist`]
+    /// before anything applies it.
     pub(super) fn record(
         &mut self,
+        id: u64,
         changes: capnp::struct_list::Reader<'_, change::Owned>,
         owners: BTreeSet<usize>,
-    ) -> capnp::Result<(u64, Write)> {
-        let id = self.next_id;
-        self.next_id += 1;
+    ) -> capnp::Result<Write> {
+        debug_assert!(id > self.last_id(), "write ids grow");
         let mut message = Builder::new_default();
         {
             let mut root: pending_update::Builder<'_> = message.init_root();
@@ -164,7 +174,7 @@ impl Journal {
                 message,
             },
         );
-        Ok((id, write))
+        Ok(write)
     }
 
     /// The write that makes durable that `owners` applied update `id`; call
@@ -228,7 +238,9 @@ impl Write {
     pub(super) fn apply(self) -> Result<(), StoreError> {
         match self {
             Write::Replace(dir, name, bytes) => write_sealed(&*dir, &name, &bytes),
-            Write::Delete(dir, name) => dir.delete(&name),
+            // A deletion lost in a crash would bring an acknowledged write
+            // back, to be applied again over later ones.
+            Write::Delete(dir, name) => dir.delete(&name).and_then(|()| dir.sync()),
         }
     }
 }
@@ -277,7 +289,7 @@ fn decode(body: &[u8]) -> capnp::Result<Builder<HeapAllocator>> {
     let changes = root.get_changes()?;
     super::start::within_file(changes.len(), body.len(), "changes")?;
     for change in changes.iter() {
-        if let change::Clear(list) | change::Replace(list) = change.which()? {
+        if let change::Clear(list) | change::Replace(list) | change::Set(list) = change.which()? {
             crate::wire::at_most(list?.len(), crate::wire::MAX_PARTS, "parts of a vector")?;
         }
     }
@@ -325,9 +337,11 @@ mod tests {
             .unwrap();
         let dir: Arc<dyn Directory> = Arc::new(MemoryDirectory::new());
         let mut journal = Journal::open(dir.clone()).unwrap();
-        for (changes, owners) in [(deletes(&[3, 9]), [0, 1]), (deletes(&[4]), [1, 2])] {
+        for (id, changes, owners) in [(1, deletes(&[3, 9]), [0, 1]), (2, deletes(&[4]), [1, 2])] {
             let list = changes.get_root_as_reader().unwrap();
-            let (_, write) = journal.record(list, owners.into_iter().collect()).unwrap();
+            let write = journal
+                .record(id, list, owners.into_iter().collect())
+                .unwrap();
             runtime.block_on(write.persist()).unwrap();
         }
         let write = journal.acknowledgement(1, &[0]).unwrap();
@@ -348,13 +362,9 @@ mod tests {
         runtime.block_on(write.persist()).unwrap();
         journal.forget(1, &[1]);
         assert!(journal.get(1).is_none());
-        let mut journal = Journal::open(dir.clone()).unwrap();
+        let journal = Journal::open(dir.clone()).unwrap();
         assert_eq!(journal.pending().map(|(id, _)| id).collect::<Vec<_>>(), [2]);
-        let list = deletes(&[7]);
-        let (id, _) = journal
-            .record(list.get_root_as_reader().unwrap(), [0].into())
-            .unwrap();
-        assert_eq!(id, 3, "ids keep growing after a restart");
+        assert_eq!(journal.last_id(), 2);
     }
 
     #[test]

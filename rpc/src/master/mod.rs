@@ -8,17 +8,22 @@
 //! again elsewhere (`answer`). The answer is converted into the asked form
 //! straight into the reply (`reply`). A down slave is probed in the
 //! background and used again once it answers and its catalog is merged
-//! (`probe`). An import goes to every owner of each vector before its vid is
-//! recorded (`import`). A clear or a delete is recorded in the `journal`
-//! first, then applied on every owner (`update`); a delete waits for the
-//! queries planned before it (`in_flight`).
+//! (`probe`), after the store it holds has been checked against the
+//! master's `ledger`: a wiped, replaced or older store serves nothing it
+//! owns until it has been refilled. Every write (an import, a clear or a
+//! delete) is recorded in the `journal` first, then applied on every owner
+//! (`import`, `update`), each call stamped so that a slave's fence orders
+//! them (`fence`); a delete waits for the queries planned before it
+//! (`in_flight`).
 
 mod answer;
 mod copy;
+mod fence;
 mod import;
 mod in_flight;
 mod journal;
 mod layout;
+mod ledger;
 mod missed;
 mod options;
 mod plan;
@@ -54,6 +59,7 @@ use crate::slave::handler::FailedMachine;
 use in_flight::InFlight;
 use journal::Journal;
 use layout::Layout;
+use ledger::Ledger;
 use reply::{Failure, write_found};
 use slaves::SlaveState;
 use trace::Trace;
@@ -80,6 +86,7 @@ pub fn run_until(
         move_next,
         journal,
         missed,
+        ledger,
     } = start::read(&catalog, &options.cluster).map_err(crate::Error::Config)?;
     net::block_on_local(async move {
         let listener = net::bind(&options.listen).await?;
@@ -93,6 +100,8 @@ pub fn run_until(
             pool: Pool::new(net::Sent::default(), tls.clone()),
             turn: Cell::new(0),
             journal: RefCell::new(journal),
+            ledger: RefCell::new(ledger),
+            ledger_writes: tokio::sync::Mutex::new(()),
             writes: tokio::sync::Mutex::new(()),
             in_flight: Rc::new(InFlight::default()),
             lacking: RefCell::new(missed.clone()),
@@ -103,7 +112,7 @@ pub fn run_until(
             sent: net::Sent::default(),
         });
         state
-            .recover_deletes()
+            .recover_catalog()
             .await
             .map_err(crate::Error::Config)?;
         if let Some(listen) = &state.options.metrics {
@@ -132,8 +141,12 @@ struct Master {
     pool: Pool,
     /// Counts range queries, for round-robin coordinators.
     turn: Cell<usize>,
-    /// The updates some owners have not applied yet.
+    /// The writes some owners have not applied yet.
     journal: RefCell<Journal>,
+    /// The master's epoch, its write numbers and each slave's store.
+    ledger: RefCell<Ledger>,
+    /// Held while the ledger is recorded, one record at a time.
+    ledger_writes: tokio::sync::Mutex<()>,
     /// Held by every write (import, update, catch-up), one at a time.
     writes: tokio::sync::Mutex<()>,
     /// The queries in flight.
@@ -212,9 +225,9 @@ impl Master {
             .map(|&i| match &states[i].reason {
                 Some(reason) => format!("{} is down: {reason}", self.slave_name(i)),
                 None if !lacking[i].is_empty() => format!(
-                    "{} is up but lacks {} of its vectors (lost with its data, or missing \
-                     the bits of an import that failed on it; they are copied back from \
-                     other owners where one holds them)",
+                    "{} is up but lacks {} of its vectors (its store is not the one that \
+                     held them: wiped, new or restored from a backup; they are copied back \
+                     from other owners where one holds them)",
                     self.slave_name(i),
                     lacking[i].len()
                 ),
@@ -349,6 +362,27 @@ impl master::Server for Master {
 }
 
 impl Master {
+    /// How many vectors have fewer copies that may serve than their owners
+    /// (`replicas`, or every slave when there are fewer), and the owners
+    /// that do not serve them.
+    fn under_replicated(&self) -> (u64, Vec<usize>) {
+        let layout = self.layout();
+        let catalog = self.catalog.borrow();
+        let mut under = 0;
+        let mut machines = std::collections::BTreeSet::new();
+        for vid in catalog.range(0, u64::MAX) {
+            let owners = layout.read_owners(vid);
+            let idle: Vec<usize> = owners
+                .iter()
+                .copied()
+                .filter(|&o| !self.serves(o, vid))
+                .collect();
+            under += u64::from(!idle.is_empty());
+            machines.extend(idle);
+        }
+        (under, machines.into_iter().collect())
+    }
+
     /// Counts what is placed well and what is not.
     fn placement_report(&self, mut out: crate::bitfold_capnp::placement_report::Builder<'_>) {
         let layout = self.layout();
@@ -358,7 +392,7 @@ impl Master {
         for vid in catalog.range(0, u64::MAX) {
             let owners = layout.read_owners(vid);
             let serving = owners.iter().filter(|&&o| self.serves(o, vid)).count();
-            under += u64::from(serving < replicas);
+            under += u64::from(serving < replicas.min(owners.len()));
             lost += u64::from(serving == 0);
             if let Some(target) = &layout.target {
                 misplaced += u64::from(

@@ -1,6 +1,16 @@
-//! Probing slaves and merging their catalogs: a down slave is asked for its
-//! health every [`super::MasterOptions::probe_interval`] and used again once
-//! it answers and the vids it holds are in the master's catalog.
+//! Probing slaves, checking their stores and merging their catalogs: a down
+//! slave is asked for its health every [`super::MasterOptions::probe_interval`]
+//! and used again once it answers, its store is checked against the ledger,
+//! it has caught up on the writes it missed and the vids it holds are in
+//! the master's catalog.
+//!
+//! A slave answering from a process the master has not checked yet (a
+//! restart, perhaps onto a wiped disk, a new machine or a restored backup)
+//! is taken down and checked: a store the ledger does not name for it, or
+//! one that has applied fewer writes than the master saw it apply, holds
+//! nothing it may serve; every vector it owns is copied back to it
+//! (`refill`) before it serves one, and only then does the ledger name its
+//! store.
 
 use std::rc::Rc;
 use std::time::SystemTime;
@@ -8,6 +18,7 @@ use std::time::SystemTime;
 use tokio::sync::{Mutex, MutexGuard};
 
 use super::Master;
+use super::ledger::KnownStore;
 use super::slaves::Holdings;
 use crate::bitfold_capnp::master;
 use crate::catalog::Catalog;
@@ -17,7 +28,16 @@ pub(super) async fn probe_loop(master: Rc<Master>) {
     loop {
         tokio::time::sleep(master.options.probe_interval).await;
         master.probe_round(Writes::Take).await;
+        master.record_applied().await;
     }
+}
+
+/// Who a slave said it is, in a health answer.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    store: u64,
+    session: u64,
+    applied: u64,
 }
 
 /// Whether the caller of a probe holds the master's write lock: a slave
@@ -75,10 +95,20 @@ impl Master {
             read_bytes: h.get_read_bytes(),
             sent_bytes: h.get_sent_bytes(),
         });
-        let Ok(holdings) = counts else {
+        let seen = response.get().and_then(|h| h.get_state()).map(|s| Seen {
+            store: s.get_store(),
+            session: s.get_session(),
+            applied: s.get_write(),
+        });
+        let (Ok(holdings), Ok(seen)) = (counts, seen) else {
             return self.mark_down(index, "it answered health with a malformed message");
         };
         self.slaves.borrow_mut()[index].holdings = holdings;
+        if seen.session != self.session(index)
+            && let Err(reason) = self.check_store(index, seen).await
+        {
+            return self.mark_down(index, &reason);
+        }
         let synced = self.slaves.borrow()[index].synced;
         if !synced {
             // Updates it missed first: merging its catalog before would
@@ -97,11 +127,118 @@ impl Master {
                 return self.mark_down(index, &reason);
             }
             self.note_lacking(index, &held);
+            if let Err(reason) = self.accept_if_whole(index).await {
+                return self.mark_down(index, &reason);
+            }
         }
         if self.slaves.borrow_mut()[index].come_up() {
             tracing::info!("slave {} is up", self.slave_name(index));
             self.metrics
                 .transition(&self.layout().slaves()[index].name, true);
+        }
+    }
+
+    /// Checks the store of a slave process the master has not checked yet
+    /// (`seen`) against what the ledger and this master know of slave
+    /// `index`: the same store, having applied every write the master saw
+    /// it apply, is trusted again; any other is `replaced` (it serves
+    /// nothing it owns until refilled). The first store a slave is ever
+    /// seen with is recorded. Until the check is done the slave is down.
+    async fn check_store(&self, index: usize, seen: Seen) -> Result<(), String> {
+        let name = self.layout().slaves()[index].name.clone();
+        self.mark_down(index, "a new process there: its store is being checked");
+        let known = self.ledger.borrow().store(&name);
+        let replaced = {
+            let state = &self.slaves.borrow()[index];
+            let saw = if state.store == seen.store {
+                state.applied
+            } else {
+                0
+            };
+            match known {
+                None => false,
+                Some(known) => known.store != seen.store || seen.applied < known.applied.max(saw),
+            }
+        };
+        {
+            let mut slaves = self.slaves.borrow_mut();
+            let state = &mut slaves[index];
+            state.session = seen.session;
+            state.store = seen.store;
+            state.applied = seen.applied;
+            state.replaced = replaced;
+            state.synced = false;
+        }
+        if replaced {
+            tracing::warn!(
+                "slave {} holds another store than the one that held its vectors (a wiped or \
+                 new disk, or one restored from a backup): it serves none of them until each \
+                 is copied back to it",
+                self.slave_name(index)
+            );
+        } else if known.is_none() {
+            let known = KnownStore {
+                store: seen.store,
+                applied: seen.applied,
+            };
+            self.know_store(&name, known).await?;
+        }
+        Ok(())
+    }
+
+    /// Records durably in the ledger that slave `name` holds store `known`.
+    async fn know_store(&self, name: &str, known: KnownStore) -> Result<(), String> {
+        if !self.ledger.borrow_mut().know(name, known) {
+            return Ok(());
+        }
+        self.record_ledger()
+            .await
+            .map_err(|e| format!("the master could not record its store: {e}"))
+    }
+
+    /// Once a `replaced` slave `index` lacks none of its vectors, records
+    /// its store in the ledger: from then on it is the one that holds them.
+    pub(super) async fn accept_if_whole(&self, index: usize) -> Result<(), String> {
+        let (known, name) = {
+            let state = &self.slaves.borrow()[index];
+            if !state.replaced || !self.lacking.borrow()[index].is_empty() {
+                return Ok(());
+            }
+            let known = KnownStore {
+                store: state.store,
+                applied: state.applied,
+            };
+            (known, self.layout().slaves()[index].name.clone())
+        };
+        self.know_store(&name, known).await?;
+        self.slaves.borrow_mut()[index].replaced = false;
+        tracing::info!(
+            "slave {} holds every vector it owns in its new store",
+            self.slave_name(index)
+        );
+        Ok(())
+    }
+
+    /// Records in the ledger the writes each checked slave's store has
+    /// applied, as far as the master saw: a store restored from an older
+    /// backup is then told apart after a restart of the master too.
+    async fn record_applied(&self) {
+        let layout = self.layout();
+        let mut record = false;
+        for (index, entry) in layout.slaves().iter().enumerate() {
+            let (store, applied, replaced) = {
+                let state = &self.slaves.borrow()[index];
+                (state.store, state.applied, state.replaced)
+            };
+            let mut ledger = self.ledger.borrow_mut();
+            let known = ledger.store(&entry.name);
+            if replaced || known.is_none_or(|k| k.store != store || k.applied >= applied) {
+                continue;
+            }
+            record |= ledger.know(&entry.name, KnownStore { store, applied });
+        }
+        if record && let Err(e) = self.record_ledger().await {
+            tracing::warn!("the master could not record the writes its slaves applied: {e}");
         }
     }
 
@@ -173,7 +310,7 @@ impl Master {
             .copied()
             .filter(|&vid| !needed(&layout, vid))
             .collect();
-        self.send_deletes(&layout, index, &surplus)
+        self.send_deletes(&layout, index, self.session(index), &surplus)
             .await
             .map_err(|reason| {
                 format!(

@@ -12,6 +12,12 @@
 //! target becomes the recorded layout and queries read from it; after the
 //! queries planned before that have finished, the surplus copies are
 //! deleted. Slaves removed from the end of the file may be stopped then.
+//!
+//! A move is finished only once the cluster is whole: each step after the
+//! last copy also copies back vectors slaves lack (a wiped or new disk),
+//! and the move reports finished only when every vector has `replicas`
+//! copies that may serve; when that cannot happen (an owner down, a vector
+//! no live owner holds) the step is an `unavailable` error saying why.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -53,12 +59,14 @@ impl Master {
                     target
                 }
                 None => {
-                    return Ok(Progress {
-                        done: self.catalog.borrow().len() as u64,
-                        total: self.catalog.borrow().len() as u64,
-                        finished: true,
+                    let total = self.catalog.borrow().len() as u64;
+                    let mut progress = Progress {
+                        done: total,
+                        total,
                         ..Progress::default()
-                    });
+                    };
+                    self.make_whole(&mut progress).await?;
+                    return Ok(progress);
                 }
             },
         };
@@ -85,8 +93,34 @@ impl Master {
         }
         progress.removed = self.finish_move(&layout, target).await?;
         progress.done = total;
-        progress.finished = true;
+        self.make_whole(&mut progress).await?;
         Ok(progress)
+    }
+
+    /// Copies back a round of the vectors slaves lack, and says whether
+    /// every vector now has `replicas` copies that may serve (`finished`);
+    /// an error when none could be copied and some vectors still lack copies.
+    async fn make_whole(&self, progress: &mut Progress) -> Result<(), Failure> {
+        self.probe_round(Writes::Held).await;
+        let slaves = self.layout().slaves().len();
+        let mut copied = 0;
+        for index in 0..slaves {
+            copied += self.refill_held(index).await as u64;
+        }
+        progress.copied += copied;
+        let (under, machines) = self.under_replicated();
+        progress.finished = under == 0;
+        if under > 0 && copied == 0 {
+            return Err(self.unavailable(
+                format!(
+                    "{under} vectors have fewer than {} copies that may serve, and none could \
+                     be copied now; run `bitfold rebalance` again once the slaves are up",
+                    self.layout().current.replicas
+                ),
+                &machines,
+            ));
+        }
+        Ok(())
     }
 
     /// Reads the cluster file and, when it asks for another layout, records
@@ -141,6 +175,10 @@ impl Master {
         }
         let mut progress = Progress::default();
         for (owner, vids) in to {
+            // Written to only once checked (a slave added or back since).
+            if !self.slaves.borrow()[owner].up {
+                self.probe(owner, Writes::Held).await;
+            }
             let copied =
                 self.copy_vectors(layout, owner, &vids)
                     .await
@@ -166,6 +204,9 @@ impl Master {
     /// Makes `target` the layout queries read from, then deletes the copies
     /// no longer owned; returns how many it deleted.
     async fn finish_move(&self, old: &Layout, target: ClusterConfig) -> Result<u64, Failure> {
+        // The sessions of the old layout's slaves, those it removes among them.
+        let sessions: Vec<u64> = (0..old.slaves().len()).map(|i| self.session(i)).collect();
+        let sessions = &sessions;
         self.record(|dir| recorded::record(dir, &target))?;
         self.install(Layout {
             current: target.clone(),
@@ -188,7 +229,12 @@ impl Master {
             surplus.len()
         );
         let deletes = surplus.iter().map(|(&owner, vids)| async move {
-            (owner, vids, self.send_deletes(old, owner, vids).await)
+            let session = sessions[owner];
+            (
+                owner,
+                vids,
+                self.send_deletes(old, owner, session, vids).await,
+            )
         });
         let mut removed = 0;
         for (owner, vids, deleted) in futures::future::join_all(deletes).await {
@@ -221,19 +267,24 @@ impl Master {
         Ok(removed)
     }
 
-    /// Deletes `vids` on slave `owner` of `layout`.
+    /// Deletes `vids` on slave `owner` of `layout` (its process `session`),
+    /// as one write in pieces.
     pub(super) async fn send_deletes(
         &self,
         layout: &Layout,
         owner: usize,
+        session: u64,
         vids: &[u64],
     ) -> Result<(), String> {
         let addr = &layout.slaves()[owner].addr;
-        for piece in vids.chunks(wire::MAX_UPDATE_CHANGES as usize) {
+        let write = self.write_number().await?;
+        for (piece, vids) in vids.chunks(wire::MAX_UPDATE_CHANGES as usize).enumerate() {
             let response = self
                 .pool
                 .call(addr, self.options.import_timeout, |client| {
                     let mut request = client.update_request();
+                    self.stamp(request.get().init_stamp(), session, write, piece as u64);
+                    let piece = vids;
                     let mut list = request.get().init_changes(piece.len() as u32);
                     for (i, &vid) in piece.iter().enumerate() {
                         let mut change = list.reborrow().get(i as u32);
@@ -244,6 +295,7 @@ impl Master {
                 })
                 .await?;
             read_changed(&response)?;
+            self.saw_applied(owner, response.get().and_then(|r| r.get_state()));
         }
         Ok(())
     }

@@ -212,9 +212,11 @@ pub(crate) fn record_move(
     file.commit()
 }
 
-/// Forgets the move (it is complete).
+/// Forgets the move (it is complete), durably: a move record that came back
+/// would move vectors again onto a layout already in force.
 pub(crate) fn end_move(dir: &dyn Directory) -> Result<(), bitfold_engine::store::StoreError> {
-    dir.delete(MOVE_FILE)
+    dir.delete(MOVE_FILE)?;
+    dir.sync()
 }
 
 #[cfg(test)]

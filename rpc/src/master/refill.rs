@@ -39,13 +39,19 @@ impl Master {
     /// Notes which vectors slave `index` owns but does not hold (`held`:
     /// every vid it holds, ascending). Those noted before (a write that
     /// failed on it) stay noted until they are copied back.
+    /// A slave whose store was `replaced` lacks every vector it owns,
+    /// whatever it holds: what it holds came from writes since.
     pub(super) fn note_lacking(&self, index: usize, held: &[u64]) {
         let layout = self.layout();
         let noted = std::mem::take(&mut self.lacking.borrow_mut()[index]);
+        let replaced = self.slaves.borrow()[index].replaced;
         let catalog = self.catalog.borrow();
         let lacking: BTreeSet<u64> = catalog
             .range(0, u64::MAX)
-            .filter(|&v| held.binary_search(&v).is_err() && layout.read_owners(v).contains(&index))
+            .filter(|&v| {
+                (replaced || held.binary_search(&v).is_err())
+                    && layout.read_owners(v).contains(&index)
+            })
             .chain(
                 noted
                     .into_iter()
@@ -67,30 +73,9 @@ impl Master {
         self.lacking.borrow_mut()[index] = lacking;
     }
 
-    /// Notes that slave `index` may hold `vids` otherwise than their other
-    /// owners (an import failed on it, and may have stored any part of
-    /// it): until they are copied back to it from an owner that stored the
-    /// write, it is not read for them. Call [`Master::record_missed`] next,
-    /// so that a restarted master knows it too.
-    pub(super) fn note_failed_write(&self, index: usize, vids: impl IntoIterator<Item = u64>) {
-        let vids: Vec<u64> = vids.into_iter().collect();
-        self.missed.borrow_mut()[index].extend(vids.iter().copied());
-        let mut lacking = self.lacking.borrow_mut();
-        let before = lacking[index].len();
-        lacking[index].extend(vids);
-        let noted = lacking[index].len() - before;
-        drop(lacking);
-        if noted > 0 {
-            tracing::warn!(
-                "slave {} may differ from the other owners on {noted} vectors of a failed \
-                 import: they are served by those owners and copied back to it",
-                self.slave_name(index)
-            );
-        }
-    }
-
-    /// Records durably which vectors each slave missed a write to
-    /// ([`Master::note_failed_write`]), as they are now.
+    /// Records durably which vectors each slave missed a write to, as they
+    /// are now (a record a master before this one's journal of imports
+    /// wrote, which shrinks as they are copied back).
     pub(super) async fn record_missed(&self) -> Result<(), String> {
         let write = missed::write(
             self.catalog.borrow().directory().clone(),
@@ -124,6 +109,14 @@ impl Master {
             return 0;
         }
         let _writing = self.writes.lock().await;
+        self.refill_held(index).await
+    }
+
+    /// [`Master::refill`], the caller holding the write lock.
+    pub(super) async fn refill_held(&self, index: usize) -> usize {
+        if !self.slaves.borrow()[index].up || self.lacking.borrow()[index].is_empty() {
+            return 0;
+        }
         let layout = self.layout();
         // Those another owner serves; the others wait (or are lost).
         let vids: Vec<u64> = self.lacking.borrow()[index]
@@ -166,6 +159,9 @@ impl Master {
                 "slave {} holds every vector it owns again",
                 self.slave_name(index)
             );
+            if let Err(reason) = self.accept_if_whole(index).await {
+                tracing::warn!("{reason}");
+            }
         }
         // A record left behind only copies those vectors once more.
         if recopied && let Err(reason) = self.record_missed().await {

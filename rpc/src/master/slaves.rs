@@ -1,5 +1,5 @@
-//! The master's view of each slave: up or down, since when and why, and
-//! what it holds.
+//! The master's view of each slave: up or down, since when and why, what
+//! it holds, and which process and store it checked there.
 
 use std::time::SystemTime;
 
@@ -29,6 +29,17 @@ pub(crate) struct SlaveState {
     pub(crate) holdings: Holdings,
     /// Whether its catalog has been merged into the master's since it came up.
     pub(crate) synced: bool,
+    /// The process the master checked there (0: none yet); every call
+    /// names it, and a slave that has restarted since refuses the call.
+    pub(crate) session: u64,
+    /// The store the master checked there, and the last write the master
+    /// saw it apply.
+    pub(crate) store: u64,
+    pub(crate) applied: u64,
+    /// Whether that store is not the one the ledger names for it (a wiped
+    /// or replaced disk, a restored backup): it serves nothing it owns
+    /// until every such vector has been copied back to it.
+    pub(crate) replaced: bool,
 }
 
 impl SlaveState {
@@ -40,6 +51,10 @@ impl SlaveState {
             reason: Some("not contacted yet".into()),
             holdings: Holdings::default(),
             synced: false,
+            session: 0,
+            store: 0,
+            applied: 0,
+            replaced: false,
         }
     }
 

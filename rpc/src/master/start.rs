@@ -1,14 +1,17 @@
 //! What a master reads from its data directory when it starts, beside its
 //! catalog: the layout its vectors were placed under (`placement.toml`), a
 //! move in progress (`move.toml`), the journal of updates not yet applied
-//! everywhere (`update-*.pending`) and the writes owners missed
-//! (`missed-writes`). Each is checked before the master serves; a damaged
-//! one stops it with an error naming the file and the fix.
+//! everywhere (`update-*.pending`), the writes owners missed
+//! (`missed-writes`) and the ledger of epochs, write numbers and slaves'
+//! stores (`ledger`, which a start moves to a new epoch). Each is checked
+//! before the master serves; a damaged one stops it with an error naming
+//! the file and the fix.
 
 use std::collections::BTreeSet;
 
 use super::journal::Journal;
 use super::layout::Layout;
+use super::ledger::Ledger;
 use super::{missed, recorded};
 use crate::catalog::Catalog;
 use crate::cluster::ClusterConfig;
@@ -23,6 +26,8 @@ pub(super) struct Records {
     pub(super) journal: Journal,
     /// Per slave of the layout, the existing vectors it missed writes of.
     pub(super) missed: Vec<BTreeSet<u64>>,
+    /// The epoch this start begins, the write numbers and slaves' stores.
+    pub(super) ledger: Ledger,
 }
 
 /// Reads the records in `catalog`'s directory for a master started with
@@ -37,6 +42,7 @@ pub(super) fn read(catalog: &Catalog, file: &ClusterConfig) -> Result<Records, S
         target: moving.map(|m| m.target),
     };
     let journal = Journal::open(dir.clone())?;
+    let ledger = Ledger::start(dir.clone(), journal.last_id())?;
     let mut missed = missed::read(&**dir, layout.slaves())?;
     for vids in &mut missed {
         vids.retain(|&vid| catalog.contains(vid));
@@ -46,6 +52,7 @@ pub(super) fn read(catalog: &Catalog, file: &ClusterConfig) -> Result<Records, S
         move_next,
         journal,
         missed,
+        ledger,
     })
 }
 
@@ -88,10 +95,14 @@ mod fuzzing {
         pub vids: Vec<u64>,
         /// Each pending update: its id, the owners waiting, its changes as text.
         pub pending: Vec<(u64, Vec<usize>, String)>,
-        /// The vids of the recorded deletes, which a start takes out of the catalog.
+        /// The vids the pending writes leave deleted, ascending, which a
+        /// start takes out of the catalog.
         pub deleted: Vec<u64>,
         /// Per slave, the vids whose writes it missed.
         pub missed: Vec<Vec<u64>>,
+        /// The ledger's stores: each slave's name, store id and a write
+        /// that store applied.
+        pub stores: Vec<(String, u64, u64)>,
     }
 
     /// Starts a master on `dir` with the cluster file `cluster` (its text),
@@ -138,12 +149,13 @@ mod fuzzing {
                 .map(|target| (target, records.move_next)),
             vids: catalog.range(0, u64::MAX).collect(),
             pending,
-            deleted: records.journal.deleted_vids()?,
+            deleted: records.journal.catalog_changes()?.1,
             missed: records
                 .missed
                 .iter()
                 .map(|vids| vids.iter().copied().collect())
                 .collect(),
+            stores: records.ledger.stores(),
         })
     }
 
@@ -165,6 +177,11 @@ mod fuzzing {
             recorded::record_move(&**to, &moving).map_err(|e| e.to_string())?;
         }
         records.journal.copy_to(to)?;
+        records
+            .ledger
+            .record_in(to.clone())
+            .apply()
+            .map_err(|e| e.to_string())?;
         missed::write(to.clone(), records.layout.slaves(), &records.missed)
             .apply()
             .map_err(|e| e.to_string())?;

@@ -19,15 +19,17 @@ use super::Master;
 use super::copy::read_changed;
 use super::import::{holding_bits, read_vectors, within};
 use super::journal::Pending;
+use super::probe::Writes;
 use super::reply::Failure;
 use crate::bitfold_capnp::{change, vid_span, vid_vector};
 use crate::catalog::Catalog;
 use crate::client::ErrorKind;
 use crate::wire;
 
-/// What an update does, for the catalog and the count it answers.
+/// What a write does, for the catalog and the count it answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
+    Import,
     Clear,
     Delete,
 }
@@ -85,9 +87,9 @@ impl Master {
         self.apply(message, vids, Kind::Delete).await
     }
 
-    /// Records the update made of `changes` (to the existing `vids`) and has
-    /// every owner apply it.
-    async fn apply(
+    /// Records the write made of `changes` (to the existing `vids`, or for
+    /// an import the vids it sets bits of) and has every owner apply it.
+    pub(super) async fn apply(
         &self,
         changes: Builder<HeapAllocator>,
         vids: BTreeSet<u64>,
@@ -99,41 +101,22 @@ impl Master {
         let _writing = self.writes.lock().await;
         let layout = self.layout();
         let owners: BTreeSet<usize> = vids.iter().flat_map(|&v| layout.write_owners(v)).collect();
-        for &owner in &owners {
-            self.catch_up(owner).await.map_err(|reason| {
-                self.unavailable(
-                    format!(
-                        "nothing was changed: slave {} has not caught up on earlier updates \
-                         ({reason}); run it again once it is up",
-                        self.slave_name(owner)
-                    ),
-                    &[owner],
-                )
-            })?;
-        }
-        let down: Vec<usize> = {
-            let states = self.slaves.borrow();
-            owners.iter().copied().filter(|&o| !states[o].up).collect()
-        };
-        if !down.is_empty() {
-            return Err(self.unavailable(
-                "nothing was changed: every owner of the vectors must apply an update; \
-                 run it again once they are up"
-                    .into(),
-                &down,
-            ));
-        }
+        self.ready_to_write(&owners).await?;
+        let id = self
+            .write_number()
+            .await
+            .map_err(|e| Failure::internal(format!("nothing was changed: the master {e}")))?;
         let recorded = {
             let list = changes.get_root_as_reader().map_err(Failure::internal)?;
-            self.journal.borrow_mut().record(list, owners.clone())
+            self.journal.borrow_mut().record(id, list, owners.clone())
         };
-        let (id, write) = recorded.map_err(Failure::internal)?;
+        let write = recorded.map_err(Failure::internal)?;
         if let Err(err) = write.persist().await {
             self.journal
                 .borrow_mut()
                 .forget(id, &Vec::from_iter(owners));
             return Err(Failure::internal(format!(
-                "nothing was changed: the master could not record the update: {err}"
+                "nothing was changed: the master could not record the write: {err}"
             )));
         }
         if kind == Kind::Delete {
@@ -168,10 +151,23 @@ impl Master {
                     applied.push(owner);
                 }
                 Err(reason) => {
+                    // Asked again at once: a slave that restarted refuses a
+                    // call for its old process, and is checked and caught
+                    // up (this write included) if it answers now.
                     self.mark_down(owner, &reason);
-                    missed.push(format!("{}: {reason}", self.slave_name(owner)));
+                    self.probe(owner, Writes::Held).await;
+                    if self.journal.borrow().waiting_for(owner).contains(&id) {
+                        missed.push(format!("{}: {reason}", self.slave_name(owner)));
+                    }
                 }
             }
+        }
+        if kind == Kind::Import {
+            // Once recorded the import is rolled forward on every owner:
+            // its vectors exist, whichever owners have it yet.
+            Catalog::insert(&self.catalog, vids.iter().copied())
+                .await
+                .map_err(|e| self.recorded_but(format!("the catalog could not record it: {e}")))?;
         }
         self.acknowledge(id, &applied)
             .await
@@ -180,38 +176,77 @@ impl Master {
             return Err(self.recorded_but(format!(
                 "it is applied on {} of {} owners and will be applied on the others when \
                  they are back (they serve nothing meanwhile): {}",
-                applied.len(),
+                owners.len() - missed.len(),
                 owners.len(),
                 missed.join("; ")
             )));
         }
         Ok(match kind {
             Kind::Clear => changed.len() as u64,
-            Kind::Delete => vids.len() as u64,
+            Kind::Delete | Kind::Import => vids.len() as u64,
         })
     }
 
-    /// Takes the vids of every recorded delete out of the catalog again: a
-    /// master stopped between recording a delete and the catalog's record
-    /// of it would otherwise plan queries on vectors being deleted.
-    pub(super) async fn recover_deletes(&self) -> Result<(), String> {
-        let vids = self.journal.borrow().deleted_vids()?;
-        Catalog::remove(&self.catalog, vids)
-            .await
-            .map(|_| ())
-            .map_err(|e| format!("the catalog could not record a recorded delete: {e}"))
+    /// Makes every one of `owners` ready for a write: a slave marked down is
+    /// asked once more, and each catches up on the writes it missed. Refused,
+    /// with nothing changed, while one is down.
+    async fn ready_to_write(&self, owners: &BTreeSet<usize>) -> Result<(), Failure> {
+        for &owner in owners {
+            if !self.slaves.borrow()[owner].up {
+                self.probe(owner, Writes::Held).await;
+            }
+            self.catch_up(owner).await.map_err(|reason| {
+                self.unavailable(
+                    format!(
+                        "nothing was changed: slave {} has not caught up on earlier writes \
+                         ({reason}); run it again once it is up",
+                        self.slave_name(owner)
+                    ),
+                    &[owner],
+                )
+            })?;
+        }
+        let down: Vec<usize> = {
+            let states = self.slaves.borrow();
+            owners.iter().copied().filter(|&o| !states[o].up).collect()
+        };
+        if !down.is_empty() {
+            return Err(self.unavailable(
+                "nothing was changed: every owner of the vectors must apply a write; run it \
+                 again once they are up"
+                    .into(),
+                &down,
+            ));
+        }
+        Ok(())
     }
 
-    /// The error of an update that is recorded (and so will be rolled
+    /// Takes into the catalog what the pending writes do to it: a master
+    /// stopped between recording a write and the catalog's record of it
+    /// would otherwise plan queries on vectors being deleted, or miss
+    /// vectors an import created.
+    pub(super) async fn recover_catalog(&self) -> Result<(), String> {
+        let (added, deleted) = self.journal.borrow().catalog_changes()?;
+        let failed = |e| format!("the catalog could not record a recorded write: {e}");
+        Catalog::insert(&self.catalog, added)
+            .await
+            .map_err(failed)?;
+        Catalog::remove(&self.catalog, deleted)
+            .await
+            .map(|_| ())
+            .map_err(failed)
+    }
+
+    /// The error of a write that is recorded (and so will be rolled
     /// forward) but not yet applied everywhere.
     fn recorded_but(&self, why: String) -> Failure {
         Failure::new(
             ErrorKind::Unavailable,
-            format!("unavailable: the update is recorded but not yet complete: {why}"),
+            format!("unavailable: the write is recorded but not yet complete: {why}"),
         )
     }
 
-    /// Applies, in order, every recorded update `owner` has not applied yet.
+    /// Applies, in order, every recorded write `owner` has not applied yet.
     /// Call it holding the write lock.
     pub(super) async fn catch_up(&self, owner: usize) -> Result<(), String> {
         let waiting = self.journal.borrow().waiting_for(owner);
@@ -219,14 +254,14 @@ impl Master {
             self.send_update(owner, id).await?;
             self.acknowledge(id, &[owner]).await?;
             tracing::info!(
-                "slave {} applied update {id}, which it had missed",
+                "slave {} applied write {id}, which it had missed",
                 self.slave_name(owner)
             );
         }
         Ok(())
     }
 
-    /// Records durably that `owners` applied update `id`.
+    /// Records durably that `owners` applied write `id`.
     async fn acknowledge(&self, id: u64, owners: &[usize]) -> Result<(), String> {
         let write = self
             .journal
@@ -241,14 +276,16 @@ impl Master {
         Ok(())
     }
 
-    /// Sends `owner` its share of update `id`, in pieces within the bounds
-    /// of one update message ([`pieces`]); returns the vids it changed.
-    /// (Every change is idempotent: an owner that failed after some pieces
-    /// applies them again, harmlessly, when it catches up.)
+    /// Sends `owner` its share of write `id`, in pieces within the bounds
+    /// of one message ([`pieces`]), each stamped with the write's number and
+    /// its piece so that the owner's fence orders them; an import's pieces
+    /// travel as imports. Returns the vids it changed (none for an import).
+    /// (A piece the owner applied before, and sends again when it catches
+    /// up, it does not apply twice.)
     async fn send_update(&self, owner: usize, id: u64) -> Result<Vec<u64>, String> {
         let layout = self.layout();
         let entry = &layout.slaves()[owner];
-        let (mine, parts): (Vec<u32>, Vec<u32>) = {
+        let (mine, parts, import): (Vec<u32>, Vec<u32>, bool) = {
             let journal = self.journal.borrow();
             let Some(pending) = journal.get(id) else {
                 return Ok(Vec::new());
@@ -256,48 +293,120 @@ impl Master {
             let changes = pending.changes().map_err(|e| e.to_string())?;
             let mut parts = Vec::new();
             let mut mine = Vec::new();
+            let mut import = false;
             for (i, change) in changes.iter().enumerate() {
                 if layout.write_owners(change.get_vid()).contains(&owner) {
                     mine.push(i as u32);
                     parts.push(match change.which() {
-                        Ok(change::Clear(Ok(list)) | change::Replace(Ok(list))) => list.len(),
+                        Ok(
+                            change::Clear(Ok(list))
+                            | change::Replace(Ok(list))
+                            | change::Set(Ok(list)),
+                        ) => list.len(),
                         _ => 0,
                     });
+                    import |= matches!(change.which(), Ok(change::Set(_)));
                 }
             }
-            (mine, parts)
+            (mine, parts, import)
         };
         let mut changed = Vec::new();
-        for piece in pieces(&parts) {
-            let piece = &mine[piece];
-            let answer = self
-                .pool
-                .call(&entry.addr, self.options.import_timeout, |client| {
-                    let journal = self.journal.borrow();
-                    let mut request = client.update_request();
-                    let built = journal
-                        .get(id)
-                        .ok_or_else(|| {
-                            capnp::Error::failed("the update is no longer pending".into())
-                        })
-                        .and_then(Pending::changes)
-                        .and_then(|changes| {
-                            let mut list = request.get().init_changes(piece.len() as u32);
-                            for (j, &i) in piece.iter().enumerate() {
-                                list.set_with_caveats(j as u32, changes.get(i))?;
+        for (piece, range) in pieces(&parts).into_iter().enumerate() {
+            let piece = (piece as u64, &mine[range]);
+            if import {
+                let response = self
+                    .pool
+                    .call(&entry.addr, self.options.import_timeout, |client| {
+                        let mut request = client.import_request();
+                        self.stamp(request.get().init_stamp(), self.session(owner), id, piece.0);
+                        let built =
+                            self.copy_imports(id, piece.1, |n| request.get().init_vectors(n));
+                        match built {
+                            Ok(()) => {
+                                capnp::capability::Promise::from_future(request.send().promise)
                             }
-                            Ok(())
-                        });
-                    match built {
-                        Ok(()) => capnp::capability::Promise::from_future(request.send().promise),
-                        Err(err) => capnp::capability::Promise::err(err),
-                    }
-                })
-                .await?;
-            changed.extend(read_changed(&answer)?);
+                            Err(err) => capnp::capability::Promise::err(err),
+                        }
+                    })
+                    .await?;
+                self.read_imported(owner, &response)?;
+            } else {
+                let response = self
+                    .pool
+                    .call(&entry.addr, self.options.import_timeout, |client| {
+                        let mut request = client.update_request();
+                        self.stamp(request.get().init_stamp(), self.session(owner), id, piece.0);
+                        let built =
+                            self.copy_changes(id, piece.1, |n| request.get().init_changes(n));
+                        match built {
+                            Ok(()) => {
+                                capnp::capability::Promise::from_future(request.send().promise)
+                            }
+                            Err(err) => capnp::capability::Promise::err(err),
+                        }
+                    })
+                    .await?;
+                changed.extend(read_changed(&response)?);
+                self.saw_applied(owner, response.get().and_then(|r| r.get_state()));
+            }
         }
         Ok(changed)
     }
+}
+
+impl Master {
+    /// Copies the changes `indices` of pending write `id` into the list
+    /// `init` makes (of their count).
+    fn copy_changes<'b>(
+        &self,
+        id: u64,
+        indices: &[u32],
+        init: impl FnOnce(u32) -> capnp::struct_list::Builder<'b, change::Owned>,
+    ) -> capnp::Result<()> {
+        let journal = self.journal.borrow();
+        let changes = pending_changes(&journal, id)?;
+        let mut list = init(indices.len() as u32);
+        for (j, &i) in indices.iter().enumerate() {
+            list.set_with_caveats(j as u32, changes.get(i))?;
+        }
+        Ok(())
+    }
+
+    /// Copies the changes `indices` of pending import `id` (each a `set`)
+    /// into the list of vectors `init` makes (of their count).
+    fn copy_imports<'b>(
+        &self,
+        id: u64,
+        indices: &[u32],
+        init: impl FnOnce(u32) -> capnp::struct_list::Builder<'b, vid_vector::Owned>,
+    ) -> capnp::Result<()> {
+        let journal = self.journal.borrow();
+        let changes = pending_changes(&journal, id)?;
+        let mut list = init(indices.len() as u32);
+        for (j, &i) in indices.iter().enumerate() {
+            let change = changes.get(i);
+            let change::Set(parts) = change.which()? else {
+                return Err(capnp::Error::failed(format!(
+                    "write {id} mixes an import with other changes"
+                )));
+            };
+            let mut vector = list.reborrow().get(j as u32);
+            vector.set_vid(change.get_vid());
+            vector.set_parts(parts?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The changes of pending write `id` of `journal`.
+fn pending_changes<'j>(
+    journal: &'j super::journal::Journal,
+    id: u64,
+) -> capnp::Result<capnp::struct_list::Reader<'j, change::Owned>> {
+    journal
+        .get(id)
+        .ok_or_else(|| capnp::Error::failed("the write is no longer pending".into()))
+        .and_then(Pending::changes)
 }
 
 /// Cuts a list of changes, given the parts of each, into consecutive

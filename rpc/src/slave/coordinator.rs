@@ -202,6 +202,9 @@ pub(crate) async fn coordinate(
     for nodes in chains.iter() {
         wire::check_sized(nodes?, "chain nodes")?;
     }
+    if let Err(reason) = slave.check_machine(machines, you)? {
+        return Err(wire::failed(reason));
+    }
     if params.get_plan()? == PlanKind::FanOut {
         let chains = chains
             .iter()

@@ -61,6 +61,7 @@ pub(crate) fn gather(
     let began = params.get_report().then(Instant::now);
     let terms = params.get_terms()?;
     wire::at_most(terms.len(), wire::MAX_CHAINS, "terms")?;
+    slave.check_session(params.get_session())?;
     let snapshot = slave.store.snapshot();
     let mut inputs = Vec::with_capacity(terms.len() as usize);
     for term in terms.iter() {
@@ -124,6 +125,7 @@ async fn ask(
         )?))
     };
     let addr = FailedMachine::at(machines, machine, String::new())?.addr;
+    let session = machines.get(machine).get_session();
     let mut replies = Vec::new();
     let mut first = 0;
     while first < runs.len() {
@@ -136,6 +138,7 @@ async fn ask(
             .call(&addr, time.wait, |client| {
                 let mut request = client.gather_request();
                 request.get().set_report(report);
+                request.get().set_session(session);
                 let mut terms = request.get().init_terms(asked.len() as u32);
                 for (i, term) in asked.iter().enumerate() {
                     terms.set(i as u32, bytemuck::cast_slice(&chain::runs_bytes(term)));

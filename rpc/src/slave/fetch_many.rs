@@ -62,6 +62,7 @@ pub(crate) fn fetch_many(
     mut results: slave::FetchManyResults,
 ) -> capnp::Result<()> {
     let params = params.get()?;
+    slave.check_session(params.get_session())?;
     let vids = wire::vids(params.get_vids()?)?;
     let snapshot = slave.store.snapshot();
     let selection = select(&snapshot, &vids, params.get_max_bytes())?;

@@ -123,6 +123,12 @@ pub(crate) async fn handle_hop(
     for node in nodes.iter().take_while(|n| n.get_machine() == here) {
         runs.push(Node::read(node)?.run);
     }
+    if let Err(reason) = slave.check_machine(machines, here)? {
+        return Ok((
+            Step::Failed(FailedMachine::at(machines, here, reason)?),
+            None,
+        ));
+    }
     let leading = runs.len() as u32;
     let vids = chain::vid_count(&runs);
     let snapshot = slave.store.snapshot();

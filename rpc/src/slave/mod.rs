@@ -31,10 +31,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bitfold_engine::fold::UnionPlan;
-use bitfold_engine::store::{ImportStats, Snapshot, Store, StoreError, Update};
+use bitfold_engine::store::{Fenced, ImportStats, Snapshot, Stamp, Store, StoreError, Update};
 use bitfold_engine::{ContainerRef, VectorBuf, VectorPart};
 
-use crate::bitfold_capnp::{Want, change, slave, vid_vector};
+use crate::bitfold_capnp::{Want, change, change_result, slave, stamp, store_state, vid_vector};
 use crate::budget::{self, Budget};
 use crate::chain::VidRun;
 use crate::metrics::{self, SlaveMetrics};
@@ -101,6 +101,7 @@ pub fn serve_store(
         let sent = net::Sent::default();
         let slave = Rc::new(Slave {
             store,
+            session: new_session(),
             pool: Pool::new(sent.clone(), options.tls.clone()),
             max_budget: options.max_budget,
             read: Cell::new(0),
@@ -124,6 +125,10 @@ pub fn serve_store(
 /// A slave's state, shared by every connection.
 pub(crate) struct Slave {
     pub(crate) store: Arc<Store>,
+    /// Made at random when the process started: the master names it in
+    /// every call, so that it checks a restarted slave's store before it
+    /// reads or writes there again.
+    session: u64,
     pub(crate) pool: Pool,
     pub(crate) max_budget: Duration,
     /// Bytes of stored vectors its folds have read.
@@ -170,6 +175,7 @@ impl slave::Server for Slave {
         self.metrics.request("fetch");
         let answer = (|| -> capnp::Result<()> {
             let params = params.get()?;
+            self.check_session(params.get_session())?;
             let snapshot = self.store.snapshot();
             let mut parts = Vec::new();
             let one = [VidRun::one(params.get_vid())];
@@ -205,26 +211,31 @@ impl slave::Server for Slave {
         // The store fsyncs: do it on a blocking thread, so that this slave
         // keeps serving handler chains meanwhile. The vectors are copied
         // out of the request for that (a copy is cheap next to an fsync).
+        wire::check_import(params.get()?.get_vectors()?)?;
+        let (epoch, stamp) = self.check_stamp(params.get()?.get_stamp()?)?;
         let mut batch = capnp::message::Builder::new_default();
         batch.set_root(params.get()?.get_vectors()?)?;
         drop(params);
         let store = self.store.clone();
-        let stored = tokio::task::spawn_blocking(move || import_batch(&store, &batch))
-            .await
-            .map_err(wire::failed)??;
-        let outcome = results.get().init_outcome();
+        let stored =
+            tokio::task::spawn_blocking(move || import_batch(&store, epoch, stamp, &batch))
+                .await
+                .map_err(wire::failed)??;
+        let mut error = |message: String| {
+            let mut error = results.get().init_outcome().init_error();
+            error.set_kind(crate::bitfold_capnp::ErrorKind::Internal);
+            error.set_message(message);
+        };
         match stored {
-            Ok(stats) => {
+            Ok(Fenced::Applied(stats)) => {
                 self.metrics.imported(&stats);
-                let mut outcome = outcome;
-                outcome.set_ok(());
+                results.get().init_outcome().set_ok(());
             }
-            Err(err) => {
-                let mut error = outcome.init_error();
-                error.set_kind(crate::bitfold_capnp::ErrorKind::Internal);
-                error.set_message(format!("the slave could not store the vectors: {err}"));
-            }
+            Ok(Fenced::AlreadyApplied(_)) => results.get().init_outcome().set_ok(()),
+            Ok(Fenced::OlderEpoch(newer)) => error(fenced(newer)),
+            Err(err) => error(format!("the slave could not store the vectors: {err}")),
         }
+        self.write_state(results.get().init_state());
         Ok(())
     }
 
@@ -237,21 +248,17 @@ impl slave::Server for Slave {
         // As for an import: the store fsyncs, on a blocking thread.
         let changes = params.get()?.get_changes()?;
         wire::check_changes(changes)?;
+        let (epoch, stamp) = self.check_stamp(params.get()?.get_stamp()?)?;
         let mut batch = capnp::message::Builder::new_default();
         batch.set_root(changes)?;
         drop(params);
         let store = self.store.clone();
-        let applied = tokio::task::spawn_blocking(move || update_batch(&store, &batch))
-            .await
-            .map_err(wire::failed)??;
-        let mut result = results.get().init_result();
-        match applied {
-            Ok(changed) => {
-                let out = result.init_changed(changed.len() as u32 * 8);
-                out.copy_from_slice(bytemuck::cast_slice(&changed));
-            }
-            Err(err) => result.set_error(format!("the slave could not apply the update: {err}")),
-        }
+        let applied =
+            tokio::task::spawn_blocking(move || update_batch(&store, epoch, stamp, &batch))
+                .await
+                .map_err(wire::failed)??;
+        write_changed(results.get().init_result(), applied, "apply the update");
+        self.write_state(results.get().init_state());
         Ok(())
     }
 
@@ -285,6 +292,7 @@ impl slave::Server for Slave {
         answer.set_bytes(snapshot.byte_size());
         answer.set_read_bytes(self.read.get());
         answer.set_sent_bytes(self.sent.bytes());
+        self.write_state(answer.init_state());
         std::future::ready(Ok(()))
     }
 
@@ -307,6 +315,69 @@ impl slave::Server for Slave {
 }
 
 impl Slave {
+    /// Refuses a call meant for another process than this one (`session`):
+    /// the master has not checked this one's store yet.
+    pub(crate) fn check_session(&self, session: u64) -> capnp::Result<()> {
+        match self.session_differs(session) {
+            None => Ok(()),
+            Some(reason) => Err(wire::failed(reason)),
+        }
+    }
+
+    /// Why a call for `session` is not for this process, if it is not.
+    fn session_differs(&self, session: u64) -> Option<String> {
+        (session != self.session).then(|| {
+            format!(
+                "{NEW_PROCESS} (session {:016x}; the call was for {session:016x}): the master \
+                 checks its store before it is used again",
+                self.session
+            )
+        })
+    }
+
+    /// Whether entry `index` of a chain's machine table names this process
+    /// (`Err` with the reason when it names another session).
+    pub(crate) fn check_machine(
+        &self,
+        machines: handler::Machines<'_>,
+        index: u32,
+    ) -> capnp::Result<Result<(), String>> {
+        if index >= machines.len() {
+            return Err(wire::failed(format!(
+                "a call names machine {index} of a table of {}",
+                machines.len()
+            )));
+        }
+        Ok(
+            match self.session_differs(machines.get(index).get_session()) {
+                None => Ok(()),
+                Some(reason) => Err(reason),
+            },
+        )
+    }
+
+    /// The epoch and place of a write's `stamp`, if it is for this process.
+    pub(crate) fn check_stamp(&self, stamp: stamp::Reader<'_>) -> capnp::Result<(u64, Stamp)> {
+        self.check_session(stamp.get_session())?;
+        Ok((
+            stamp.get_epoch(),
+            Stamp {
+                write: stamp.get_write(),
+                piece: stamp.get_piece(),
+            },
+        ))
+    }
+
+    /// Who this slave is and the last write its store applied.
+    pub(crate) fn write_state(&self, mut out: store_state::Builder<'_>) {
+        let identity = self.store.identity();
+        out.set_store(identity.store);
+        out.set_session(self.session);
+        out.set_epoch(identity.epoch);
+        out.set_write(identity.applied.write);
+        out.set_piece(identity.applied.piece);
+    }
+
     /// Appends to `out` parts whose union is the union of the vectors of
     /// `runs` (in any order, overlaps allowed) as `snapshot` holds them:
     /// range aggregates where they cover a block, single vectors elsewhere.
@@ -350,13 +421,57 @@ impl Slave {
     }
 }
 
-/// Validates the vectors of an import message and stores them durably.
+/// How a slave's refusal of a call meant for the process before it starts:
+/// the master, reading it, checks the new process at once.
+pub(crate) const NEW_PROCESS: &str = "it is a new slave process";
+
+/// A new process's session: random (`RandomState` is seeded from the
+/// operating system), never 0, which names no session.
+fn new_session() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.finish().max(1)
+}
+
+/// Validates the vectors of an import message and stores them durably as
+/// write `stamp` of a master of `epoch` (fenced: [`Store::import_at`]).
 pub(crate) fn import_batch(
     store: &Store,
+    epoch: u64,
+    stamp: Stamp,
     message: &capnp::message::Builder<capnp::message::HeapAllocator>,
-) -> capnp::Result<Result<ImportStats, StoreError>> {
+) -> capnp::Result<Result<Fenced<ImportStats>, StoreError>> {
     let parts = read_import(message.get_root_as_reader()?)?;
-    Ok(store.import(&import_views(&parts)?))
+    Ok(store.import_at(epoch, stamp, &import_views(&parts)?))
+}
+
+/// Why a write was refused by the fence, naming the newer epoch.
+fn fenced(newer: u64) -> String {
+    format!(
+        "refused: a master of epoch {newer} has written here since (this write comes from an \
+         older master, which must not write any more)"
+    )
+}
+
+/// Writes the outcome of a fenced write of vectors (`what` the slave did)
+/// into `out`: the vids changed, none for a write applied already, or why not.
+pub(crate) fn write_changed(
+    mut out: change_result::Builder<'_>,
+    applied: Result<Fenced<Vec<u64>>, StoreError>,
+    what: &str,
+) {
+    match applied {
+        Ok(Fenced::Applied(changed)) => {
+            let bytes = out.init_changed(changed.len() as u32 * 8);
+            bytes.copy_from_slice(bytemuck::cast_slice(&changed));
+        }
+        Ok(Fenced::AlreadyApplied(_)) => {
+            out.init_changed(0);
+        }
+        Ok(Fenced::OlderEpoch(newer)) => out.set_refused(fenced(newer)),
+        Err(err) => out.set_error(format!("the slave could not {what}: {err}")),
+    }
 }
 
 /// The parts of an import's vectors, each with its vid, in the order they
@@ -386,11 +501,14 @@ pub(crate) fn import_views<'p>(
 }
 
 /// Validates the changes of an update message and applies them, in order,
-/// as one durable update; returns the vids that changed.
+/// as one durable update, write `stamp` of a master of `epoch` (fenced:
+/// [`Store::update_at`]); returns the vids that changed.
 fn update_batch(
     store: &Store,
+    epoch: u64,
+    stamp: Stamp,
     message: &capnp::message::Builder<capnp::message::HeapAllocator>,
-) -> capnp::Result<Result<Vec<u64>, StoreError>> {
+) -> capnp::Result<Result<Fenced<Vec<u64>>, StoreError>> {
     let read = read_changes(message.get_root_as_reader()?)?;
     let changes = change_views(&read)?;
     let batch: Vec<Update<'_>> = changes
@@ -405,7 +523,13 @@ fn update_batch(
             }
         })
         .collect();
-    Ok(store.update(&batch).map(|stats| stats.changed))
+    Ok(store
+        .update_at(epoch, stamp, &batch)
+        .map(|fenced| match fenced {
+            Fenced::Applied(stats) => Fenced::Applied(stats.changed),
+            Fenced::AlreadyApplied(at) => Fenced::AlreadyApplied(at),
+            Fenced::OlderEpoch(newer) => Fenced::OlderEpoch(newer),
+        }))
 }
 
 /// One change of an update, read from its message: its vid, what it does,
@@ -438,6 +562,11 @@ pub(crate) fn read_changes(
                 change::Clear(parts) => (ChangeKind::Clear, wire::read_parts(parts?)?),
                 change::Delete(()) => (ChangeKind::Delete, Vec::new()),
                 change::Replace(parts) => (ChangeKind::Replace, wire::read_parts(parts?)?),
+                change::Set(_) => {
+                    return Err(wire::failed(
+                        "an update cannot set bits: the bits of an import travel as an import",
+                    ));
+                }
             };
             Ok(ChangeParts {
                 vid: change.get_vid(),
@@ -521,7 +650,9 @@ mod tests {
     #[test]
     fn an_import_over_its_bounds_is_refused_whole_and_the_next_is_stored() {
         let store = Store::in_memory();
-        let err = import_batch(&store, &vectors(wire::MAX_IMPORT_VECTORS + 1)).unwrap_err();
+        let stamp = |write| Stamp { write, piece: 0 };
+        let err =
+            import_batch(&store, 1, stamp(1), &vectors(wire::MAX_IMPORT_VECTORS + 1)).unwrap_err();
         assert!(
             err.to_string()
                 .contains("262145 vectors to import in one message"),
@@ -532,7 +663,10 @@ mod tests {
             0,
             "nothing of it is stored"
         );
-        import_batch(&store, &vectors(3)).unwrap().unwrap();
+        import_batch(&store, 1, stamp(2), &vectors(3))
+            .unwrap()
+            .unwrap();
         assert_eq!(store.snapshot().vids().collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(store.identity().applied, stamp(2));
     }
 }

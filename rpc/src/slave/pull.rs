@@ -6,7 +6,7 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use bitfold_engine::store::{Update, spawn_background};
+use bitfold_engine::store::{Fenced, Update, spawn_background};
 use bitfold_engine::{VectorBuf, VectorPart};
 
 use crate::bitfold_capnp::{fetched_copies, slave};
@@ -37,15 +37,18 @@ pub(crate) async fn pull(
     params: slave::PullParams,
     mut results: slave::PullResults,
 ) -> Result<(), capnp::Error> {
-    let (from, asked, max_bytes) = {
+    let (from, from_session, asked, max_bytes, (epoch, stamp)) = {
         let params = params.get()?;
+        let fence = slave.check_stamp(params.get_stamp()?)?;
         let vids = wire::vids(params.get_vids()?)?;
         let count = u32::try_from(vids.len()).unwrap_or(u32::MAX);
         wire::at_most(count, wire::MAX_FETCH_VIDS, "vids to pull")?;
         (
             params.get_from()?.to_str()?.to_owned(),
+            params.get_from_session(),
             vids.into_owned(),
             params.get_max_bytes(),
+            fence,
         )
     };
     drop(params);
@@ -55,6 +58,7 @@ pub(crate) async fn pull(
             let mut request = client.fetch_many_request();
             request.get().set_vids(bytemuck::cast_slice(&asked));
             request.get().set_max_bytes(max_bytes);
+            request.get().set_session(from_session);
             request.send().promise
         })
         .await;
@@ -64,13 +68,15 @@ pub(crate) async fn pull(
             .and_then(|reply| read_copies(reply.get_copies()?, &asked))
             .map_err(|e| format!("it answered a malformed message: {e}"))
     });
-    let mut reply = results.get();
     let copies = match copied {
         Ok(copied) => copied,
         Err(reason) => {
+            let mut reply = results.get();
             reply
+                .reborrow()
                 .init_outcome()
                 .set_source_failed(format!("{from}: {reason}").as_str());
+            slave.write_state(reply.init_state());
             return Ok(());
         }
     };
@@ -86,20 +92,31 @@ pub(crate) async fn pull(
                 None => Update::Delete(*vid),
             })
             .collect();
-        store.update(&batch)
+        store.update_at(epoch, stamp, &batch)
     })
     .await?;
+    let mut reply = results.get();
     match stored {
-        Ok(_) => {
+        Ok(Fenced::Applied(_)) => {
             reply.set_answered(answered);
             reply.set_vectors(vectors);
             reply.set_bytes(bytes);
-            reply.init_outcome().set_done(());
+            reply.reborrow().init_outcome().set_done(());
         }
+        Ok(Fenced::OlderEpoch(newer)) => reply
+            .reborrow()
+            .init_outcome()
+            .set_refused(super::fenced(newer)),
+        // Copies from several sources travel at once, each stamped when
+        // the master sent it: one that arrives after a later one is not
+        // stored, and the master sends it again with a later stamp.
+        Ok(Fenced::AlreadyApplied(at)) => reply.reborrow().init_outcome().set_stale(at.write),
         Err(err) => reply
+            .reborrow()
             .init_outcome()
             .set_store_failed(format!("the slave could not store the copies: {err}").as_str()),
     }
+    slave.write_state(reply.init_state());
     Ok(())
 }
 

@@ -1,0 +1,81 @@
+//! How the master addresses a slave it has checked (docs/protocol.md §8):
+//! every call names the slave process it checked (its session), and every
+//! write carries the master's epoch and the write's number, which the
+//! slave's fence orders writes by. What a slave answers of its store tells
+//! the master how far its writes have reached it.
+
+use capnp::capability::Response;
+
+use super::Master;
+use crate::bitfold_capnp::{outcome, slave, stamp, store_state};
+
+impl Master {
+    /// A new write number (the ledger's next block recorded first, when
+    /// this one starts it); an error says the master could not record it.
+    pub(super) async fn write_number(&self) -> Result<u64, String> {
+        let (write, record) = self.ledger.borrow_mut().next_write();
+        if record {
+            self.record_ledger()
+                .await
+                .map_err(|e| format!("could not record its write numbers: {e}"))?;
+        }
+        Ok(write)
+    }
+
+    /// Records the ledger as it is now, durably. One record at a time, each
+    /// made when its turn comes: two at once would write one file together,
+    /// and an older one finishing last would undo a newer.
+    pub(super) async fn record_ledger(&self) -> Result<(), bitfold_engine::store::StoreError> {
+        let _one = self.ledger_writes.lock().await;
+        let record = self.ledger.borrow().record();
+        record.persist().await
+    }
+
+    /// Stamps a write to the slave process `session`: the master's epoch,
+    /// and piece `piece` of write `write`.
+    pub(super) fn stamp(&self, mut out: stamp::Builder<'_>, session: u64, write: u64, piece: u64) {
+        out.set_session(session);
+        out.set_epoch(self.ledger.borrow().epoch());
+        out.set_write(write);
+        out.set_piece(piece);
+    }
+
+    /// The session of slave `index` that calls name (0, which no process
+    /// has, for a slave the layout no longer has).
+    pub(super) fn session(&self, index: usize) -> u64 {
+        self.slaves.borrow().get(index).map_or(0, |s| s.session)
+    }
+
+    /// Notes the last write slave `owner` says its store applied.
+    pub(super) fn saw_applied(&self, owner: usize, state: capnp::Result<store_state::Reader<'_>>) {
+        if let Ok(state) = state
+            && let Some(known) = self.slaves.borrow_mut().get_mut(owner)
+            && state.get_store() == known.store
+        {
+            known.applied = known.applied.max(state.get_write());
+        }
+    }
+
+    /// The outcome of an `import` to slave `owner`.
+    pub(super) fn read_imported(
+        &self,
+        owner: usize,
+        response: &Response<slave::import_results::Owned>,
+    ) -> Result<(), String> {
+        let malformed = |e: capnp::Error| format!("it answered a malformed message: {e}");
+        let reply = response.get().map_err(malformed)?;
+        match reply
+            .get_outcome()
+            .and_then(|o| Ok(o.which()?))
+            .map_err(malformed)?
+        {
+            outcome::Ok(()) => {
+                self.saw_applied(owner, reply.get_state());
+                Ok(())
+            }
+            outcome::Error(error) => Err(error
+                .and_then(|e| Ok(e.get_message()?.to_string()?))
+                .unwrap_or_else(|e| format!("it answered a malformed error: {e}"))),
+        }
+    }
+}
