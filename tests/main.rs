@@ -8,6 +8,7 @@ mod util;
 mod bench;
 mod cli;
 mod cluster;
+mod exactness;
 mod failures;
 mod index;
 mod limits;
