@@ -10,6 +10,7 @@ mod cli;
 mod cluster;
 mod exactness;
 mod failures;
+mod faults;
 mod index;
 mod limits;
 mod membership;

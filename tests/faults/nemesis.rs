@@ -1,0 +1,288 @@
+//! The nemesis: one fault at a time on the cluster's processes, at times
+//! and of kinds drawn from the seed, each undone before the next.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use bitfold_rpc::client::Client;
+
+use super::history::{Action, Outcome, Recorder};
+use crate::util::{Cluster, Rng, Server};
+
+/// The master's flags: a hung slave is given up on after 1 s, a down one
+/// probed every 200 ms, so a run sees many faults and heals quickly.
+pub const MASTER_ARGS: &[&str] = &[
+    "--rpc-timeout",
+    "1s",
+    "--query-timeout",
+    "10s",
+    "--attempts",
+    "4",
+    "--probe-interval",
+    "200ms",
+];
+
+/// The kinds of fault, for the tally. `stall-then-kill-master` stops a
+/// slave (SIGSTOP) so that the master waits on it mid-import, kills the
+/// master (SIGKILL), then kills the slave and starts both again;
+/// `replace-slave` puts a new machine (an empty data directory, a new
+/// address on 127.0.0.1) in a slave's place, rewrites the cluster file to
+/// it and runs `rebalance`; `kill-partners` kills a slave and, once it is
+/// back, the next one (its partner for the vids they both own), so that
+/// writes fail on each owner in turn.
+pub const KINDS: [&str; 9] = [
+    "kill-slave",
+    "pause-slave",
+    "pause-master",
+    "kill-master",
+    "wipe-slave",
+    "rebalance",
+    "stall-then-kill-master",
+    "replace-slave",
+    "kill-partners",
+];
+
+/// Relative weights of [`KINDS`]: wiping and killing slaves find the most.
+const WEIGHTS: [u64; 9] = [16, 8, 5, 10, 22, 8, 12, 10, 12];
+
+/// Applies faults until `stop`; returns how many of each kind of [`KINDS`].
+pub fn run(
+    cluster: &mut Cluster,
+    seed: u64,
+    recorder: &Recorder,
+    stop: &AtomicBool,
+) -> [usize; KINDS.len()] {
+    let mut rng = Rng(seed ^ 0x6e65_6d65_7369_7300);
+    let mut counts = [0; KINDS.len()];
+    let mut client = Client::connect(&cluster.master_addr()).expect("the master accepts a client");
+    client.set_timeout(Duration::from_secs(40));
+    let slaves = cluster.slave_addrs.len() as u64;
+    while !stop.load(Ordering::Acquire) {
+        pause(200 + rng.below(1000), stop);
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        let mut pick = rng.below(WEIGHTS.iter().sum());
+        let kind = WEIGHTS
+            .iter()
+            .position(|&w| {
+                let here = pick < w;
+                pick = pick.saturating_sub(w);
+                here
+            })
+            .expect("a kind");
+        let slave = rng.below(slaves) as usize;
+        // kill-partners: the partner dies as soon as the master sees the
+        // first slave up again, or a little later, before it is refilled.
+        let gap = Duration::from_millis(rng.below(2) * rng.below(300));
+        // Half the holds short: a slave back before any read of it.
+        let hold = if rng.below(2) == 0 {
+            Duration::from_millis(rng.below(300))
+        } else {
+            Duration::from_millis(300 + rng.below(3000))
+        };
+        counts[kind] += 1;
+        let what = match kind {
+            0 | 1 | 4 | 6 => format!("{} s{slave} for {} ms", KINDS[kind], hold.as_millis()),
+            8 => format!(
+                "{} s{slave} then, {} ms after the master sees it up, s{}, for {} ms each",
+                KINDS[kind],
+                gap.as_millis(),
+                (slave as u64 + 1) % slaves,
+                hold.max(Duration::from_millis(300)).as_millis()
+            ),
+            7 => format!("{} s{slave}", KINDS[kind]),
+            2 | 3 => format!("{} for {} ms", KINDS[kind], hold.as_millis()),
+            _ => KINDS[kind].to_string(),
+        };
+        recorder.record("nemesis", Action::Fault(what), || match kind {
+            0 => {
+                cluster.kill_slave(slave);
+                thread::sleep(hold);
+                outcome(restart_slave(cluster, slave))
+            }
+            1 => {
+                signal_slave(cluster, slave, libc::SIGSTOP);
+                thread::sleep(hold);
+                signal_slave(cluster, slave, libc::SIGCONT);
+                Outcome::Done
+            }
+            2 => {
+                signal_master(cluster, libc::SIGSTOP);
+                thread::sleep(hold);
+                signal_master(cluster, libc::SIGCONT);
+                Outcome::Done
+            }
+            3 => {
+                if let Some(mut master) = cluster.master.take() {
+                    master.kill();
+                    cluster.master = Some(master);
+                }
+                thread::sleep(hold);
+                outcome(restart_master(cluster))
+            }
+            4 => {
+                cluster.kill_slave(slave);
+                let wiped = std::fs::remove_dir_all(cluster.slave_dir(slave));
+                thread::sleep(hold);
+                match wiped {
+                    Ok(()) => outcome(restart_slave(cluster, slave)),
+                    Err(e) => Outcome::Failed(format!("the data directory was not removed: {e}")),
+                }
+            }
+            5 => outcome(rebalance(&client)),
+            6 => {
+                signal_slave(cluster, slave, libc::SIGSTOP);
+                thread::sleep(hold.max(Duration::from_millis(200)));
+                if let Some(mut master) = cluster.master.take() {
+                    master.kill();
+                    cluster.master = Some(master);
+                }
+                cluster.kill_slave(slave);
+                outcome(restart_slave(cluster, slave).and_then(|()| restart_master(cluster)))
+            }
+            8 => {
+                let partner = (slave + 1) % cluster.slaves.len();
+                let hold = hold.max(Duration::from_millis(300));
+                cluster.kill_slave(slave);
+                thread::sleep(hold);
+                let first = restart_slave(cluster, slave);
+                wait_up(&client, slave);
+                thread::sleep(gap);
+                cluster.kill_slave(partner);
+                thread::sleep(hold);
+                outcome(first.and(restart_slave(cluster, partner)))
+            }
+            _ => {
+                cluster.replace_slave(slave);
+                cluster.write_cluster_file(cluster.slave_addrs.len(), super::REPLICAS);
+                outcome(rebalance(&client))
+            }
+        });
+    }
+    counts
+}
+
+/// Waits (at most 3 s) until the master reports slave `i` up.
+fn wait_up(client: &Client, i: usize) {
+    for _ in 0..150 {
+        if client
+            .status()
+            .is_ok_and(|s| s.get(i).is_some_and(|s| s.up))
+        {
+            return;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn outcome(result: Result<(), String>) -> Outcome {
+    match result {
+        Ok(()) => Outcome::Done,
+        Err(e) => Outcome::Failed(e),
+    }
+}
+
+/// Sleeps `ms`, waking early once `stop` is set.
+fn pause(ms: u64, stop: &AtomicBool) {
+    for _ in 0..ms / 20 {
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal_slave(cluster: &Cluster, i: usize, signal: i32) {
+    if let Some(slave) = &cluster.slaves[i] {
+        slave.signal(signal);
+    }
+}
+
+fn signal_master(cluster: &Cluster, signal: i32) {
+    if let Some(master) = &cluster.master {
+        master.signal(signal);
+    }
+}
+
+/// Starts slave `i` again at its address with what is left of its data,
+/// trying a few times.
+pub fn restart_slave(cluster: &mut Cluster, i: usize) -> Result<(), String> {
+    let mut last = String::new();
+    for _ in 0..5 {
+        match cluster.restart_slave(i) {
+            Ok(()) => return Ok(()),
+            Err(e) => last = e,
+        }
+        thread::sleep(Duration::from_millis(300));
+    }
+    Err(format!("s{i} did not start again: {last}"))
+}
+
+/// Kills the master (if it runs) and starts it again at its address, with
+/// its data directory and [`MASTER_ARGS`], trying a few times.
+pub fn restart_master(cluster: &mut Cluster) -> Result<(), String> {
+    let addr = cluster
+        .master
+        .as_ref()
+        .expect("a master was started")
+        .addr
+        .clone();
+    let mut args: Vec<String> = vec![
+        "master".into(),
+        "--listen".into(),
+        addr,
+        "--cluster".into(),
+        cluster.dir().join("cluster.toml").display().to_string(),
+        "--data-dir".into(),
+        cluster.dir().join("master-data").display().to_string(),
+    ];
+    args.extend(MASTER_ARGS.iter().map(|s| s.to_string()));
+    if let Some(master) = cluster.master.as_mut() {
+        master.kill();
+    }
+    let mut last = String::new();
+    for _ in 0..5 {
+        match Server::start("master", &args) {
+            Ok(server) => {
+                cluster.master = Some(server);
+                return Ok(());
+            }
+            Err(e) => last = e,
+        }
+        thread::sleep(Duration::from_millis(300));
+    }
+    Err(format!("the master did not start again: {last}"))
+}
+
+/// Runs `rebalance` steps until the move is finished (at most 20 steps).
+pub fn rebalance(client: &Client) -> Result<(), String> {
+    for _ in 0..20 {
+        match client.rebalance(2048) {
+            Ok(p) if p.finished => return Ok(()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("rebalance: {e}")),
+        }
+    }
+    Err("rebalance did not finish in 20 steps".into())
+}
+
+/// Undoes every fault: each slave and the master running, none stopped.
+pub fn heal(cluster: &mut Cluster) -> Result<(), String> {
+    for i in 0..cluster.slaves.len() {
+        match &cluster.slaves[i] {
+            Some(slave) => slave.signal(libc::SIGCONT),
+            None => restart_slave(cluster, i)?,
+        }
+    }
+    signal_master(cluster, libc::SIGCONT);
+    let alive = cluster.master.as_ref().is_some_and(|m| {
+        // SAFETY: kill(2) with signal 0 only checks that the pid exists.
+        unsafe { libc::kill(m.pid() as i32, 0) == 0 }
+    });
+    if !alive {
+        restart_master(cluster)?;
+    }
+    Ok(())
+}
