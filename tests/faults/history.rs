@@ -268,10 +268,7 @@ pub fn write_outcome(err: &Error) -> Outcome {
             kind: ErrorKind::Unavailable,
             message,
             ..
-        } if message.contains("nothing was changed") =>
-        {
-            Outcome::Refused(text)
-        }
+        } if message.contains("nothing was changed") => Outcome::Refused(text),
         Error::Query {
             kind: ErrorKind::Unavailable,
             message,
