@@ -347,12 +347,15 @@ interface Slave {
   # Point query: the vector `vid` as this slave holds it, or its count.
   # Refused unless this slave's session is `session`.
 
-  import @3 (vectors :List(VidVector), stamp :Stamp) -> (outcome :Outcome, state :StoreState);
+  import @3 (vectors :List(VidVector), stamp :Stamp, stage :Bool)
+      -> (outcome :Outcome, state :StoreState);
   # Sets the bits of every vector; `ok` once durable on this slave. Fenced:
   # an `error` unless `stamp.session` is this slave's and `stamp.epoch` is
   # not older than the newest it has applied; `ok` without applying it
   # again if this write (or a later one) is applied already. `state` is
-  # the slave's after the call.
+  # the slave's after the call. With `stage`, the vectors are only written
+  # (durably, but not yet read or counted as applied) until `commit` of
+  # the same stamp: the master writes its journal meanwhile.
 
   health @4 () -> (vectors :UInt64, bytes :UInt64, readBytes :UInt64, sentBytes :UInt64,
                    state :StoreState);
@@ -396,4 +399,8 @@ interface Slave {
   # the vids after `answered` for the rest. `vectors` and `bytes` count
   # what it stored, as the copies travelled. The copies are a write of the
   # master (`stamp`, fenced as `import` is) read from session `fromSession`.
+
+  commit @10 (stamp :Stamp) -> (outcome :Outcome, state :StoreState);
+  # Applies the import staged with this stamp (`import` with `stage`),
+  # fenced as `import` is; an `error` when none is staged.
 }

@@ -694,3 +694,45 @@ fn stamped_writes_are_fenced_and_their_stamp_is_durable() {
     );
     assert_eq!(held(&store), [1, 2]);
 }
+
+/// A staged import is read by nothing until it is committed, in the order
+/// of the stamps; a staged import the fence refuses, or one discarded, is
+/// removed; one never committed is gone when the store opens again.
+#[test]
+fn a_staged_import_is_applied_only_when_committed() {
+    use bitfold_engine::store::{Fenced, Stamp};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let at = |write| Stamp { write, piece: 0 };
+    let bits = |b: &[u32]| VectorBuf::from_bits(b.to_vec());
+    let (one, two, three) = (bits(&[1]), bits(&[2]), bits(&[3]));
+    let files = || std::fs::read_dir(dir.path()).unwrap().count();
+    let before = files();
+    let first = store.stage(&[(7, one.as_part())]).unwrap();
+    let late = store.stage(&[(7, two.as_part())]).unwrap();
+    let never = store.stage(&[(8, three.as_part())]).unwrap();
+    assert_eq!(files(), before + 3, "staged durably, as files");
+    assert!(!store.snapshot().contains(7), "nothing staged is read");
+    assert!(matches!(
+        store.commit_at(1, at(4), first).unwrap(),
+        Fenced::Applied(_)
+    ));
+    // Staged earlier than a write applied since: refused, and removed.
+    assert_eq!(
+        store.commit_at(1, at(3), late).unwrap(),
+        Fenced::AlreadyApplied(at(4))
+    );
+    let held: Vec<u32> = store.snapshot().parts(7).flat_map(|p| p.bits()).collect();
+    assert_eq!(held, [1]);
+    assert_eq!(store.identity().applied, at(4));
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    assert!(
+        !store.snapshot().contains(8),
+        "a batch never committed is not read"
+    );
+    assert_eq!(files(), before + 1, "and its file is gone: {never:?}");
+    let staged = store.stage(&[(9, one.as_part())]).unwrap();
+    store.discard(staged);
+    assert_eq!(files(), before + 1);
+}

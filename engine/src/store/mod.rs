@@ -134,6 +134,15 @@ pub enum Fenced<T> {
     OlderEpoch(u64),
 }
 
+/// An import batch written as a segment file that is not yet part of the
+/// store ([`Store::stage`]).
+#[derive(Debug)]
+pub struct Staged {
+    /// `None` for a batch that sets no bit.
+    segment: Option<Arc<Segment>>,
+    vectors: u64,
+}
+
 /// A slave's durable vector store. `Send + Sync`: imports are serialised,
 /// snapshots can be taken from any thread at any time.
 pub struct Store {
@@ -282,15 +291,89 @@ impl Store {
         batch: &[(u64, VectorPart<'_>)],
         after: Identity,
     ) -> Result<ImportStats, StoreError> {
+        let staged = self.write_staged(batch, || take_id(next_id))?;
+        self.install_staged(next_id, staged, after)
+    }
+
+    /// Writes the batch of [`Store::import`] as a segment file, durably,
+    /// without making it part of the store: [`Store::commit_at`] does, or
+    /// [`Store::discard`] removes it (a store opened again removes it too).
+    /// Stages may be written while other writes run; only the commit waits
+    /// for them.
+    pub fn stage(&self, batch: &[(u64, VectorPart<'_>)]) -> Result<Staged, StoreError> {
+        self.write_staged(batch, || {
+            take_id(&mut self.next_id.lock().unwrap_or_else(PoisonError::into_inner))
+        })
+    }
+
+    /// Makes `staged` part of the store as write `stamp` of a master of
+    /// `epoch`, fenced as [`Store::import_at`] is; a refused one is removed.
+    pub fn commit_at(
+        &self,
+        epoch: u64,
+        stamp: Stamp,
+        staged: Staged,
+    ) -> Result<Fenced<ImportStats>, StoreError> {
+        let mut next_id = self.next_id.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(after) = self.fence(epoch, stamp) else {
+            self.discard(staged);
+            return Ok(self.refusal(epoch));
+        };
+        self.install_staged(&mut next_id, staged, after)
+            .map(Fenced::Applied)
+    }
+
+    /// Removes a staged batch that will not be committed.
+    pub fn discard(&self, staged: Staged) {
+        if let Some(segment) = staged.segment {
+            // A file left behind is removed when the store is next opened.
+            let _ = self.dir.delete(&segment_name(segment.id()));
+        }
+    }
+
+    /// Installs `staged` (the caller holding the write lock, `next_id`),
+    /// recording `after` in the manifest, then merges full tiers.
+    fn install_staged(
+        &self,
+        next_id: &mut u64,
+        staged: Staged,
+        after: Identity,
+    ) -> Result<ImportStats, StoreError> {
+        let Some(segment) = staged.segment else {
+            self.record(after)?;
+            return Ok(ImportStats::default());
+        };
+        let bytes = segment.len();
+        let mut segments = self.snapshot().segments.clone();
+        segments.push(segment);
+        self.install(segments, after)?;
+        let merged_segments = self
+            .merge_full_tiers(next_id)
+            .map_err(|e| StoreError::Compaction(Box::new(e)))?;
+        Ok(ImportStats {
+            vectors: staged.vectors,
+            bytes,
+            merged_segments,
+        })
+    }
+
+    /// Writes the batch as a new segment file, its id from `new_id`.
+    fn write_staged(
+        &self,
+        batch: &[(u64, VectorPart<'_>)],
+        new_id: impl FnOnce() -> u64,
+    ) -> Result<Staged, StoreError> {
         let mut order: Vec<usize> = (0..batch.len())
             .filter(|&i| !batch[i].1.is_empty())
             .collect();
         if order.is_empty() {
-            self.record(after)?;
-            return Ok(ImportStats::default());
+            return Ok(Staged {
+                segment: None,
+                vectors: 0,
+            });
         }
         order.sort_by_key(|&i| batch[i].0);
-        let id = take_id(next_id);
+        let id = new_id();
         let mut writer = SegmentWriter::create(&*self.dir, id)?;
         let mut group = Vec::new();
         let (mut vids, mut ends) = (Vec::new(), Vec::new());
@@ -308,16 +391,9 @@ impl Store {
         let vectors = writer.vector_count();
         let bytes = writer.finish()?;
         let segment = Arc::new(Segment::open(&*self.dir, id, bytes)?);
-        let mut segments = self.snapshot().segments.clone();
-        segments.push(segment);
-        self.install(segments, after)?;
-        let merged_segments = self
-            .merge_full_tiers(next_id)
-            .map_err(|e| StoreError::Compaction(Box::new(e)))?;
-        Ok(ImportStats {
+        Ok(Staged {
+            segment: Some(segment),
             vectors,
-            bytes,
-            merged_segments,
         })
     }
 

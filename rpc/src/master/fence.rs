@@ -4,10 +4,8 @@
 //! slave's fence orders writes by. What a slave answers of its store tells
 //! the master how far its writes have reached it.
 
-use capnp::capability::Response;
-
 use super::Master;
-use crate::bitfold_capnp::{outcome, slave, stamp, store_state};
+use crate::bitfold_capnp::{outcome, stamp, store_state};
 
 impl Master {
     /// A new write number (the ledger's next block recorded first, when
@@ -56,23 +54,14 @@ impl Master {
         }
     }
 
-    /// The outcome of an `import` to slave `owner`.
+    /// The outcome of an `import` or a `commit`: `Ok` or why not.
     pub(super) fn read_imported(
         &self,
-        owner: usize,
-        response: &Response<slave::import_results::Owned>,
+        outcome: capnp::Result<outcome::Reader<'_>>,
     ) -> Result<(), String> {
         let malformed = |e: capnp::Error| format!("it answered a malformed message: {e}");
-        let reply = response.get().map_err(malformed)?;
-        match reply
-            .get_outcome()
-            .and_then(|o| Ok(o.which()?))
-            .map_err(malformed)?
-        {
-            outcome::Ok(()) => {
-                self.saw_applied(owner, reply.get_state());
-                Ok(())
-            }
+        match outcome.and_then(|o| Ok(o.which()?)).map_err(malformed)? {
+            outcome::Ok(()) => Ok(()),
             outcome::Error(error) => Err(error
                 .and_then(|e| Ok(e.get_message()?.to_string()?))
                 .unwrap_or_else(|e| format!("it answered a malformed error: {e}"))),

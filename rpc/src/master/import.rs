@@ -8,10 +8,10 @@ use std::collections::BTreeSet;
 use bitfold_engine::VectorPart;
 use capnp::message::Builder;
 
-use super::Master;
 use super::reply::Failure;
 use super::update::Kind;
-use crate::bitfold_capnp::{change, vid_vector};
+use super::{Master, journal};
+use crate::bitfold_capnp::vid_vector;
 use crate::client::ErrorKind;
 use crate::wire::{self, WirePart};
 
@@ -32,8 +32,7 @@ impl Master {
             .map(VectorPart::byte_len)
             .sum();
         let mut message = Builder::new_default();
-        let mut list: capnp::struct_list::Builder<'_, change::Owned> =
-            message.initn_root(views.len() as u32);
+        let mut list = journal::init_changes(&mut message, views.len() as u32);
         let mut vids = BTreeSet::new();
         for (j, (vid, parts)) in views.iter().enumerate() {
             let mut change = list.reborrow().get(j as u32);

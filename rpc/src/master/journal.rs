@@ -149,22 +149,19 @@ impl Journal {
     }
 
     /// Adds write `id` (a number greater than every pending one's) made of
-    /// `changes` (a list of `Change` at the root of the message), waiting
-    /// for `owners`; returns what to make durable with [`Write::persist`]
-    /// before anything applies it.
+    /// the changes of `message` (made with [`init_changes`], kept as it is:
+    /// a write's data is not copied), waiting for `owners`; returns what to
+    /// make durable with [`Write::persist`] before anything applies it.
     pub(super) fn record(
         &mut self,
         id: u64,
-        changes: capnp::struct_list::Reader<'_, change::Owned>,
+        mut message: Builder<HeapAllocator>,
         owners: BTreeSet<usize>,
     ) -> capnp::Result<Write> {
         debug_assert!(id > self.last_id(), "write ids grow");
-        let mut message = Builder::new_default();
-        {
-            let mut root: pending_update::Builder<'_> = message.init_root();
-            root.set_id(id);
-            root.set_changes(changes)?;
-        }
+        message
+            .get_root::<pending_update::Builder<'_>>()?
+            .set_id(id);
         let waiting: Vec<usize> = owners.iter().copied().collect();
         let write = write_waiting(&self.dir, id, &mut message, &waiting);
         self.pending.insert(
@@ -215,6 +212,17 @@ impl Journal {
             }
         }
     }
+}
+
+/// The list of `len` changes of a new write's `message`, to fill before
+/// [`Journal::record`] takes it.
+pub(super) fn init_changes(
+    message: &mut Builder<HeapAllocator>,
+    len: u32,
+) -> capnp::struct_list::Builder<'_, change::Owned> {
+    message
+        .init_root::<pending_update::Builder<'_>>()
+        .init_changes(len)
 }
 
 /// A change to the journal's files, made durable off the event loop by
@@ -311,8 +319,7 @@ mod tests {
 
     fn deletes(vids: &[u64]) -> Builder<HeapAllocator> {
         let mut message = Builder::new_default();
-        let mut list: capnp::struct_list::Builder<'_, change::Owned> =
-            message.initn_root(vids.len() as u32);
+        let mut list = init_changes(&mut message, vids.len() as u32);
         for (i, &vid) in vids.iter().enumerate() {
             let mut change = list.reborrow().get(i as u32);
             change.set_vid(vid);
@@ -338,9 +345,8 @@ mod tests {
         let dir: Arc<dyn Directory> = Arc::new(MemoryDirectory::new());
         let mut journal = Journal::open(dir.clone()).unwrap();
         for (id, changes, owners) in [(1, deletes(&[3, 9]), [0, 1]), (2, deletes(&[4]), [1, 2])] {
-            let list = changes.get_root_as_reader().unwrap();
             let write = journal
-                .record(id, list, owners.into_iter().collect())
+                .record(id, changes, owners.into_iter().collect())
                 .unwrap();
             runtime.block_on(write.persist()).unwrap();
         }

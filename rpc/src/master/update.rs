@@ -18,7 +18,7 @@ use capnp::message::{Builder, HeapAllocator};
 use super::Master;
 use super::copy::read_changed;
 use super::import::{holding_bits, read_vectors, within};
-use super::journal::Pending;
+use super::journal::{self, Pending};
 use super::probe::Writes;
 use super::reply::Failure;
 use crate::bitfold_capnp::{change, vid_span, vid_vector};
@@ -46,8 +46,7 @@ impl Master {
         let mut chosen = holding_bits(&read)?;
         chosen.retain(|(vid, _)| self.catalog.borrow().contains(*vid));
         let mut message = Builder::new_default();
-        let mut list: capnp::struct_list::Builder<'_, change::Owned> =
-            message.initn_root(chosen.len() as u32);
+        let mut list = journal::init_changes(&mut message, chosen.len() as u32);
         let mut vids = BTreeSet::new();
         for (j, (vid, parts)) in chosen.iter().enumerate() {
             let mut change = list.reborrow().get(j as u32);
@@ -77,8 +76,7 @@ impl Master {
             vids.extend(self.catalog.borrow().range(first, last));
         }
         let mut message = Builder::new_default();
-        let mut list: capnp::struct_list::Builder<'_, change::Owned> =
-            message.initn_root(vids.len() as u32);
+        let mut list = journal::init_changes(&mut message, vids.len() as u32);
         for (j, &vid) in vids.iter().enumerate() {
             let mut change = list.reborrow().get(j as u32);
             change.set_vid(vid);
@@ -87,8 +85,9 @@ impl Master {
         self.apply(message, vids, Kind::Delete).await
     }
 
-    /// Records the write made of `changes` (to the existing `vids`, or for
-    /// an import the vids it sets bits of) and has every owner apply it.
+    /// Records the write made of `changes` (a new write's message,
+    /// [`journal::init_changes`]: to the existing `vids`, or for an import
+    /// the vids it sets bits of) and has every owner apply it.
     pub(super) async fn apply(
         &self,
         changes: Builder<HeapAllocator>,
@@ -106,12 +105,33 @@ impl Master {
             .write_number()
             .await
             .map_err(|e| Failure::internal(format!("nothing was changed: the master {e}")))?;
-        let recorded = {
-            let list = changes.get_root_as_reader().map_err(Failure::internal)?;
-            self.journal.borrow_mut().record(id, list, owners.clone())
-        };
+        let recorded = self
+            .journal
+            .borrow_mut()
+            .record(id, changes, owners.clone());
         let write = recorded.map_err(Failure::internal)?;
-        if let Err(err) = write.persist().await {
+        // An import's owners write its vectors (staged, not applied) while
+        // the master writes its journal: they apply them only once it is
+        // durable.
+        let (persisted, staged) = if kind == Kind::Import {
+            let stages = owners.iter().map(|&owner| async move {
+                let staged = match self.share(owner, id) {
+                    Ok(Some(share)) => self
+                        .send_import(owner, id, &share, true)
+                        .await
+                        .map(|()| share),
+                    Ok(None) => Err("the write is no longer pending".to_owned()),
+                    Err(reason) => Err(reason),
+                };
+                (owner, staged)
+            });
+            futures::join!(write.persist(), futures::future::join_all(stages))
+        } else {
+            (write.persist().await, Vec::new())
+        };
+        let mut staged: std::collections::BTreeMap<usize, Result<Share, String>> =
+            staged.into_iter().collect();
+        if let Err(err) = persisted {
             self.journal
                 .borrow_mut()
                 .forget(id, &Vec::from_iter(owners));
@@ -138,9 +158,20 @@ impl Master {
             }
             self.in_flight.drain().await;
         }
-        let sends = owners
-            .iter()
-            .map(|&owner| async move { (owner, self.send_update(owner, id).await) });
+        let sends = owners.iter().map(|&owner| {
+            let staged = staged.remove(&owner);
+            async move {
+                let answer = match staged {
+                    Some(Ok(share)) => self
+                        .commit_import(owner, id, &share)
+                        .await
+                        .map(|()| Vec::new()),
+                    Some(Err(reason)) => Err(reason),
+                    None => self.send_update(owner, id).await,
+                };
+                (owner, answer)
+            }
+        });
         let answers = futures::future::join_all(sends).await;
         let mut changed = BTreeSet::new();
         let (mut applied, mut missed) = (Vec::new(), Vec::new());
@@ -283,75 +314,126 @@ impl Master {
     /// (A piece the owner applied before, and sends again when it catches
     /// up, it does not apply twice.)
     async fn send_update(&self, owner: usize, id: u64) -> Result<Vec<u64>, String> {
-        let layout = self.layout();
-        let entry = &layout.slaves()[owner];
-        let (mine, parts, import): (Vec<u32>, Vec<u32>, bool) = {
-            let journal = self.journal.borrow();
-            let Some(pending) = journal.get(id) else {
-                return Ok(Vec::new());
-            };
-            let changes = pending.changes().map_err(|e| e.to_string())?;
-            let mut parts = Vec::new();
-            let mut mine = Vec::new();
-            let mut import = false;
-            for (i, change) in changes.iter().enumerate() {
-                if layout.write_owners(change.get_vid()).contains(&owner) {
-                    mine.push(i as u32);
-                    parts.push(match change.which() {
-                        Ok(
-                            change::Clear(Ok(list))
-                            | change::Replace(Ok(list))
-                            | change::Set(Ok(list)),
-                        ) => list.len(),
-                        _ => 0,
-                    });
-                    import |= matches!(change.which(), Ok(change::Set(_)));
-                }
-            }
-            (mine, parts, import)
+        let Some(share) = self.share(owner, id)? else {
+            return Ok(Vec::new());
         };
+        if share.import {
+            self.send_import(owner, id, &share, false).await?;
+            return Ok(Vec::new());
+        }
+        let addr = self.layout().slaves()[owner].addr.clone();
         let mut changed = Vec::new();
-        for (piece, range) in pieces(&parts).into_iter().enumerate() {
-            let piece = (piece as u64, &mine[range]);
-            if import {
-                let response = self
-                    .pool
-                    .call(&entry.addr, self.options.import_timeout, |client| {
-                        let mut request = client.import_request();
-                        self.stamp(request.get().init_stamp(), self.session(owner), id, piece.0);
-                        let built =
-                            self.copy_imports(id, piece.1, |n| request.get().init_vectors(n));
-                        match built {
-                            Ok(()) => {
-                                capnp::capability::Promise::from_future(request.send().promise)
-                            }
-                            Err(err) => capnp::capability::Promise::err(err),
-                        }
-                    })
-                    .await?;
-                self.read_imported(owner, &response)?;
-            } else {
-                let response = self
-                    .pool
-                    .call(&entry.addr, self.options.import_timeout, |client| {
-                        let mut request = client.update_request();
-                        self.stamp(request.get().init_stamp(), self.session(owner), id, piece.0);
-                        let built =
-                            self.copy_changes(id, piece.1, |n| request.get().init_changes(n));
-                        match built {
-                            Ok(()) => {
-                                capnp::capability::Promise::from_future(request.send().promise)
-                            }
-                            Err(err) => capnp::capability::Promise::err(err),
-                        }
-                    })
-                    .await?;
-                changed.extend(read_changed(&response)?);
-                self.saw_applied(owner, response.get().and_then(|r| r.get_state()));
-            }
+        for (piece, indices) in share.pieces.iter().enumerate() {
+            let response = self
+                .pool
+                .call(&addr, self.options.import_timeout, |client| {
+                    let mut request = client.update_request();
+                    let stamp = request.get().init_stamp();
+                    self.stamp(stamp, self.session(owner), id, piece as u64);
+                    let built = self.copy_changes(id, indices, |n| request.get().init_changes(n));
+                    match built {
+                        Ok(()) => capnp::capability::Promise::from_future(request.send().promise),
+                        Err(err) => capnp::capability::Promise::err(err),
+                    }
+                })
+                .await?;
+            changed.extend(read_changed(&response)?);
+            self.saw_applied(owner, response.get().and_then(|r| r.get_state()));
         }
         Ok(changed)
     }
+
+    /// Sends `owner` its share of import `id` as imports, piece by piece:
+    /// applied, or with `stage` only written until [`Master::commit_import`].
+    async fn send_import(
+        &self,
+        owner: usize,
+        id: u64,
+        share: &Share,
+        stage: bool,
+    ) -> Result<(), String> {
+        let addr = self.layout().slaves()[owner].addr.clone();
+        for (piece, indices) in share.pieces.iter().enumerate() {
+            let response = self
+                .pool
+                .call(&addr, self.options.import_timeout, |client| {
+                    let mut request = client.import_request();
+                    let stamp = request.get().init_stamp();
+                    self.stamp(stamp, self.session(owner), id, piece as u64);
+                    request.get().set_stage(stage);
+                    let built = self.copy_imports(id, indices, |n| request.get().init_vectors(n));
+                    match built {
+                        Ok(()) => capnp::capability::Promise::from_future(request.send().promise),
+                        Err(err) => capnp::capability::Promise::err(err),
+                    }
+                })
+                .await?;
+            self.read_imported(response.get().and_then(|r| r.get_outcome()))?;
+            if !stage {
+                self.saw_applied(owner, response.get().and_then(|r| r.get_state()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Has `owner` apply, piece by piece, the import `id` it staged.
+    async fn commit_import(&self, owner: usize, id: u64, share: &Share) -> Result<(), String> {
+        let addr = self.layout().slaves()[owner].addr.clone();
+        for piece in 0..share.pieces.len() {
+            let response = self
+                .pool
+                .call(&addr, self.options.import_timeout, |client| {
+                    let mut request = client.commit_request();
+                    let stamp = request.get().init_stamp();
+                    self.stamp(stamp, self.session(owner), id, piece as u64);
+                    request.send().promise
+                })
+                .await?;
+            self.read_imported(response.get().and_then(|r| r.get_outcome()))?;
+            self.saw_applied(owner, response.get().and_then(|r| r.get_state()));
+        }
+        Ok(())
+    }
+
+    /// Slave `owner`'s share of pending write `id`: its changes, cut in
+    /// pieces; `None` when the write is no longer pending.
+    fn share(&self, owner: usize, id: u64) -> Result<Option<Share>, String> {
+        let layout = self.layout();
+        let journal = self.journal.borrow();
+        let Some(pending) = journal.get(id) else {
+            return Ok(None);
+        };
+        let changes = pending.changes().map_err(|e| e.to_string())?;
+        let mut parts = Vec::new();
+        let mut mine = Vec::new();
+        let mut import = false;
+        for (i, change) in changes.iter().enumerate() {
+            if layout.write_owners(change.get_vid()).contains(&owner) {
+                mine.push(i as u32);
+                parts.push(match change.which() {
+                    Ok(
+                        change::Clear(Ok(list)) | change::Replace(Ok(list)) | change::Set(Ok(list)),
+                    ) => list.len(),
+                    _ => 0,
+                });
+                import |= matches!(change.which(), Ok(change::Set(_)));
+            }
+        }
+        let pieces = pieces(&parts)
+            .into_iter()
+            .map(|range| mine[range].to_vec())
+            .collect();
+        Ok(Some(Share { pieces, import }))
+    }
+}
+
+/// A slave's share of a pending write.
+pub(super) struct Share {
+    /// The indices of its changes in the write, in pieces that each fit
+    /// one message.
+    pieces: Vec<Vec<u32>>,
+    /// Whether the write is an import (its changes are `set`s).
+    import: bool,
 }
 
 impl Master {

@@ -22,7 +22,8 @@ pub(crate) mod term_union;
 #[cfg(feature = "fuzzing")]
 pub(crate) use pull::read_copies;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,7 +32,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bitfold_engine::fold::UnionPlan;
-use bitfold_engine::store::{Fenced, ImportStats, Snapshot, Stamp, Store, StoreError, Update};
+use bitfold_engine::store::{
+    Fenced, ImportStats, Snapshot, Staged, Stamp, Store, StoreError, Update,
+};
 use bitfold_engine::{ContainerRef, VectorBuf, VectorPart};
 
 use crate::bitfold_capnp::{Want, change, change_result, slave, stamp, store_state, vid_vector};
@@ -102,6 +105,7 @@ pub fn serve_store(
         let slave = Rc::new(Slave {
             store,
             session: new_session(),
+            staged: RefCell::default(),
             pool: Pool::new(sent.clone(), options.tls.clone()),
             max_budget: options.max_budget,
             read: Cell::new(0),
@@ -129,6 +133,8 @@ pub(crate) struct Slave {
     /// every call, so that it checks a restarted slave's store before it
     /// reads or writes there again.
     session: u64,
+    /// Imports written but not yet applied, by stamp, until their `commit`.
+    staged: RefCell<BTreeMap<Stamp, Staged>>,
     pub(crate) pool: Pool,
     pub(crate) max_budget: Duration,
     /// Bytes of stored vectors its folds have read.
@@ -213,28 +219,57 @@ impl slave::Server for Slave {
         // out of the request for that (a copy is cheap next to an fsync).
         wire::check_import(params.get()?.get_vectors()?)?;
         let (epoch, stamp) = self.check_stamp(params.get()?.get_stamp()?)?;
+        let stage = params.get()?.get_stage();
         let mut batch = capnp::message::Builder::new_default();
         batch.set_root(params.get()?.get_vectors()?)?;
         drop(params);
         let store = self.store.clone();
+        if stage {
+            let staged = tokio::task::spawn_blocking(move || stage_batch(&store, &batch))
+                .await
+                .map_err(wire::failed)??;
+            match staged {
+                Ok(staged) => {
+                    self.keep_staged(stamp, staged);
+                    results.get().init_outcome().set_ok(());
+                }
+                Err(err) => {
+                    let mut error = results.get().init_outcome().init_error();
+                    error.set_kind(crate::bitfold_capnp::ErrorKind::Internal);
+                    error.set_message(format!("the slave could not store the vectors: {err}"));
+                }
+            }
+            self.write_state(results.get().init_state());
+            return Ok(());
+        }
         let stored =
             tokio::task::spawn_blocking(move || import_batch(&store, epoch, stamp, &batch))
                 .await
                 .map_err(wire::failed)??;
-        let mut error = |message: String| {
-            let mut error = results.get().init_outcome().init_error();
-            error.set_kind(crate::bitfold_capnp::ErrorKind::Internal);
-            error.set_message(message);
+        self.write_imported(&mut results.get().init_outcome(), stored);
+        self.write_state(results.get().init_state());
+        Ok(())
+    }
+
+    async fn commit(
+        self: capnp::capability::Rc<Self>,
+        params: slave::CommitParams,
+        mut results: slave::CommitResults,
+    ) -> Result<(), capnp::Error> {
+        self.metrics.request("commit");
+        let (epoch, stamp) = self.check_stamp(params.get()?.get_stamp()?)?;
+        let staged = self.staged.borrow_mut().remove(&stamp);
+        let Some(staged) = staged else {
+            return Err(wire::failed(format!(
+                "no import is staged with write {} piece {}",
+                stamp.write, stamp.piece
+            )));
         };
-        match stored {
-            Ok(Fenced::Applied(stats)) => {
-                self.metrics.imported(&stats);
-                results.get().init_outcome().set_ok(());
-            }
-            Ok(Fenced::AlreadyApplied(_)) => results.get().init_outcome().set_ok(()),
-            Ok(Fenced::OlderEpoch(newer)) => error(fenced(newer)),
-            Err(err) => error(format!("the slave could not store the vectors: {err}")),
-        }
+        let store = self.store.clone();
+        let stored = tokio::task::spawn_blocking(move || store.commit_at(epoch, stamp, staged))
+            .await
+            .map_err(wire::failed)?;
+        self.write_imported(&mut results.get().init_outcome(), stored);
         self.write_state(results.get().init_state());
         Ok(())
     }
@@ -368,6 +403,44 @@ impl Slave {
         ))
     }
 
+    /// Keeps a staged import until its commit. The master commits writes in
+    /// order, so one staged for an earlier write than `stamp`'s is never
+    /// committed: it is removed.
+    fn keep_staged(&self, stamp: Stamp, staged: Staged) {
+        let mut kept = self.staged.borrow_mut();
+        let stale: Vec<Stamp> = kept
+            .keys()
+            .filter(|s| s.write < stamp.write || **s == stamp)
+            .copied()
+            .collect();
+        for old in stale {
+            if let Some(old) = kept.remove(&old) {
+                self.store.discard(old);
+            }
+        }
+        kept.insert(stamp, staged);
+    }
+
+    /// The outcome of an import (applied now or before, or why not) into `out`.
+    fn write_imported(
+        &self,
+        out: &mut crate::bitfold_capnp::outcome::Builder<'_>,
+        stored: Result<Fenced<ImportStats>, StoreError>,
+    ) {
+        let message = match stored {
+            Ok(Fenced::Applied(stats)) => {
+                self.metrics.imported(&stats);
+                return out.set_ok(());
+            }
+            Ok(Fenced::AlreadyApplied(_)) => return out.set_ok(()),
+            Ok(Fenced::OlderEpoch(newer)) => fenced(newer),
+            Err(err) => format!("the slave could not store the vectors: {err}"),
+        };
+        let mut error = out.reborrow().init_error();
+        error.set_kind(crate::bitfold_capnp::ErrorKind::Internal);
+        error.set_message(message);
+    }
+
     /// Who this slave is and the last write its store applied.
     pub(crate) fn write_state(&self, mut out: store_state::Builder<'_>) {
         let identity = self.store.identity();
@@ -444,6 +517,16 @@ pub(crate) fn import_batch(
 ) -> capnp::Result<Result<Fenced<ImportStats>, StoreError>> {
     let parts = read_import(message.get_root_as_reader()?)?;
     Ok(store.import_at(epoch, stamp, &import_views(&parts)?))
+}
+
+/// Validates the vectors of an import message and writes them as a staged
+/// batch ([`Store::stage`]).
+fn stage_batch(
+    store: &Store,
+    message: &capnp::message::Builder<capnp::message::HeapAllocator>,
+) -> capnp::Result<Result<Staged, StoreError>> {
+    let parts = read_import(message.get_root_as_reader()?)?;
+    Ok(store.stage(&import_views(&parts)?))
 }
 
 /// Why a write was refused by the fence, naming the newer epoch.
