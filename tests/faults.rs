@@ -240,6 +240,9 @@ fn run(seed: u64, length: Duration) -> Report {
     }
     shown.extend(copies.iter().cloned());
     findings.extend(copies);
+    if !findings.is_empty() {
+        save_logs(seed, &cluster);
+    }
     Report {
         seed,
         shown,
@@ -249,6 +252,32 @@ fn run(seed: u64, length: Duration) -> Report {
         ),
         findings,
         wrong_reads,
+    }
+}
+
+/// Writes what the running processes logged into `target/faults/`, one
+/// file each (`seed-N-master.log`, `seed-N-s0.log`, ...), for a seed with
+/// findings.
+fn save_logs(seed: u64, cluster: &Cluster) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/faults");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    let mut logs = vec![("master".to_string(), cluster.master.as_ref())];
+    logs.extend(
+        cluster
+            .slaves
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("s{i}"), s.as_ref())),
+    );
+    for (name, server) in logs {
+        if let Some(server) = server {
+            let path = dir.join(format!("seed-{seed}-{name}.log"));
+            if std::fs::write(&path, server.log()).is_ok() {
+                eprintln!("seed {seed}: {name}'s log is in {}", path.display());
+            }
+        }
     }
 }
 

@@ -1,8 +1,11 @@
-//! The master's record of the writes an owner missed (docs/protocol.md §9).
+//! The record of the writes an owner missed that masters kept before every
+//! import went through the journal (docs/protocol.md §9): still read, so
+//! that a data directory such a master left is honoured, and shrunk as its
+//! vectors are copied back; nothing adds to it now.
 //!
-//! An import that failed on an owner but was stored by another leaves the
+//! An import that failed on an owner but was stored by another left the
 //! vectors it touched that already existed different between their owners:
-//! the one that failed holds them without the import's bits. The master
+//! the one that failed held them without the import's bits. The master
 //! reads them from the other owners until they are copied back
 //! (`refill`). That choice must outlive the master: the owner that failed
 //! holds every one of those vids, so nothing a restarted master could ask

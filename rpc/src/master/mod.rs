@@ -106,6 +106,7 @@ pub fn run_until(
             in_flight: Rc::new(InFlight::default()),
             lacking: RefCell::new(missed.clone()),
             missed: RefCell::new(missed),
+            recopied: Cell::new(0),
             layout: RefCell::new(Rc::new(layout)),
             move_next: Cell::new(move_next),
             metrics: MasterMetrics::new(),
@@ -157,9 +158,11 @@ struct Master {
     move_next: Cell<u64>,
     /// Per slave, the vids it owns but does not hold (`refill`).
     lacking: RefCell<Vec<BTreeSet<u64>>>,
-    /// Per slave, those of `lacking` it holds without the bits of a failed
-    /// import, as recorded in the data directory (`missed`).
+    /// Per slave, those of `lacking` it may hold but missed writes to (its
+    /// store was replaced), as recorded in the data directory (`missed`).
     missed: RefCell<Vec<BTreeSet<u64>>>,
+    /// Vectors noted missed copied back since the record was last written.
+    recopied: Cell<usize>,
     /// What it counts for `/metrics`.
     metrics: MasterMetrics,
     /// Bytes its DBMS connections have sent.

@@ -8,9 +8,9 @@
 //! restart, perhaps onto a wiped disk, a new machine or a restored backup)
 //! is taken down and checked: a store the ledger does not name for it, or
 //! one that has applied fewer writes than the master saw it apply, holds
-//! nothing it may serve; every vector it owns is copied back to it
-//! (`refill`) before it serves one, and only then does the ledger name its
-//! store.
+//! nothing it may serve. Every vector it owns is noted as missed there,
+//! durably (`missed-writes`), before the ledger names its new store, and
+//! copied back to it (`refill`) before it serves it.
 
 use std::rc::Rc;
 use std::time::SystemTime;
@@ -127,9 +127,6 @@ impl Master {
                 return self.mark_down(index, &reason);
             }
             self.note_lacking(index, &held);
-            if let Err(reason) = self.accept_if_whole(index).await {
-                return self.mark_down(index, &reason);
-            }
         }
         if self.slaves.borrow_mut()[index].come_up() {
             tracing::info!("slave {} is up", self.slave_name(index));
@@ -141,9 +138,10 @@ impl Master {
     /// Checks the store of a slave process the master has not checked yet
     /// (`seen`) against what the ledger and this master know of slave
     /// `index`: the same store, having applied every write the master saw
-    /// it apply, is trusted again; any other is `replaced` (it serves
-    /// nothing it owns until refilled). The first store a slave is ever
-    /// seen with is recorded. Until the check is done the slave is down.
+    /// it apply, is trusted again; any other has missed every write to the
+    /// vectors it owns (noted, durably, before the ledger records the new
+    /// store). The first store a slave is ever seen with is recorded. Until
+    /// the check is done the slave is down.
     async fn check_store(&self, index: usize, seen: Seen) -> Result<(), String> {
         let name = self.layout().slaves()[index].name.clone();
         self.mark_down(index, "a new process there: its store is being checked");
@@ -166,7 +164,6 @@ impl Master {
             state.session = seen.session;
             state.store = seen.store;
             state.applied = seen.applied;
-            state.replaced = replaced;
             state.synced = false;
         }
         if replaced {
@@ -176,7 +173,17 @@ impl Master {
                  is copied back to it",
                 self.slave_name(index)
             );
-        } else if known.is_none() {
+            let layout = self.layout();
+            let owned: Vec<u64> = self
+                .catalog
+                .borrow()
+                .range(0, u64::MAX)
+                .filter(|&v| layout.read_owners(v).contains(&index))
+                .collect();
+            self.note_missed(index, owned);
+            self.record_missed().await?;
+        }
+        if replaced || known.is_none() {
             let known = KnownStore {
                 store: seen.store,
                 applied: seen.applied,
@@ -196,29 +203,6 @@ impl Master {
             .map_err(|e| format!("the master could not record its store: {e}"))
     }
 
-    /// Once a `replaced` slave `index` lacks none of its vectors, records
-    /// its store in the ledger: from then on it is the one that holds them.
-    pub(super) async fn accept_if_whole(&self, index: usize) -> Result<(), String> {
-        let (known, name) = {
-            let state = &self.slaves.borrow()[index];
-            if !state.replaced || !self.lacking.borrow()[index].is_empty() {
-                return Ok(());
-            }
-            let known = KnownStore {
-                store: state.store,
-                applied: state.applied,
-            };
-            (known, self.layout().slaves()[index].name.clone())
-        };
-        self.know_store(&name, known).await?;
-        self.slaves.borrow_mut()[index].replaced = false;
-        tracing::info!(
-            "slave {} holds every vector it owns in its new store",
-            self.slave_name(index)
-        );
-        Ok(())
-    }
-
     /// Records in the ledger the writes each checked slave's store has
     /// applied, as far as the master saw: a store restored from an older
     /// backup is then told apart after a restart of the master too.
@@ -226,13 +210,13 @@ impl Master {
         let layout = self.layout();
         let mut record = false;
         for (index, entry) in layout.slaves().iter().enumerate() {
-            let (store, applied, replaced) = {
+            let (store, applied) = {
                 let state = &self.slaves.borrow()[index];
-                (state.store, state.applied, state.replaced)
+                (state.store, state.applied)
             };
             let mut ledger = self.ledger.borrow_mut();
             let known = ledger.store(&entry.name);
-            if replaced || known.is_none_or(|k| k.store != store || k.applied >= applied) {
+            if known.is_none_or(|k| k.store != store || k.applied >= applied) {
                 continue;
             }
             record |= ledger.know(&entry.name, KnownStore { store, applied });

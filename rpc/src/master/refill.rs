@@ -1,16 +1,15 @@
 //! Re-replication (docs/protocol.md §9): a slave that comes back without
-//! some of the vectors it owns (a wiped data directory, a new disk, an
-//! import that failed on it) is not asked for them, and gets them back
-//! from their other owners in the background.
+//! some of the vectors it owns (a wiped data directory, a new disk or
+//! machine, a store restored from a backup) is not asked for them, and gets
+//! them back from their other owners in the background.
 //!
 //! When a slave's catalog is merged (`probe`), the master compares it with
-//! what the slave owns: the vids it lacks are kept per slave and excluded
-//! when planning queries, so the slave neither flaps nor answers empty for
-//! them. An import that failed on an owner but was stored by another makes
-//! the vectors it touched that already existed lacking on the owner that
-//! failed, too: it may hold them without the import's bits. The refill copies each lacking vector from a live owner that holds
-//! it, exactly as it is (a `replace`), under the write lock, so no import or
-//! update falls between the read and the copy. With no other copy (for
+//! what the slave owns: the vids it lacks (every one it owns, when its store
+//! was `replaced`) are kept per slave and excluded when planning queries, so
+//! the slave neither flaps nor answers empty for them. The refill copies
+//! each lacking vector from a live owner that holds it, exactly as it is (a
+//! `replace`), under the write lock, so no write falls between the read and
+//! the copy. With no other copy (for
 //! example `replicas = 1`), the vector stays lacking and queries needing it
 //! are `unavailable`, never answered without it.
 
@@ -25,6 +24,10 @@ use super::{Master, missed};
 /// The most vectors copied to a slave in one call.
 const REFILL_BATCH: usize = 256;
 
+/// How many vectors noted missed may be copied back before the record of
+/// missed writes is rewritten without them.
+const MISSED_RECORD_EVERY: usize = 64 * REFILL_BATCH;
+
 /// Refills slaves that lack vectors, forever.
 pub(super) async fn refill_loop(master: Rc<Master>) {
     loop {
@@ -37,21 +40,15 @@ pub(super) async fn refill_loop(master: Rc<Master>) {
 
 impl Master {
     /// Notes which vectors slave `index` owns but does not hold (`held`:
-    /// every vid it holds, ascending). Those noted before (a write that
-    /// failed on it) stay noted until they are copied back.
-    /// A slave whose store was `replaced` lacks every vector it owns,
-    /// whatever it holds: what it holds came from writes since.
+    /// every vid it holds, ascending). Those noted before (missed when its
+    /// store was replaced) stay noted until they are copied back.
     pub(super) fn note_lacking(&self, index: usize, held: &[u64]) {
         let layout = self.layout();
         let noted = std::mem::take(&mut self.lacking.borrow_mut()[index]);
-        let replaced = self.slaves.borrow()[index].replaced;
         let catalog = self.catalog.borrow();
         let lacking: BTreeSet<u64> = catalog
             .range(0, u64::MAX)
-            .filter(|&v| {
-                (replaced || held.binary_search(&v).is_err())
-                    && layout.read_owners(v).contains(&index)
-            })
+            .filter(|&v| held.binary_search(&v).is_err() && layout.read_owners(v).contains(&index))
             .chain(
                 noted
                     .into_iter()
@@ -73,9 +70,16 @@ impl Master {
         self.lacking.borrow_mut()[index] = lacking;
     }
 
-    /// Records durably which vectors each slave missed a write to, as they
-    /// are now (a record a master before this one's journal of imports
-    /// wrote, which shrinks as they are copied back).
+    /// Notes that slave `index` missed every write to `vids` (its store was
+    /// replaced): until they are copied back to it, it is not read for them.
+    /// Call [`Master::record_missed`] next, so that a restarted master knows.
+    pub(super) fn note_missed(&self, index: usize, vids: Vec<u64>) {
+        self.missed.borrow_mut()[index].extend(vids.iter().copied());
+        self.lacking.borrow_mut()[index].extend(vids);
+    }
+
+    /// Records durably which vectors each slave missed writes to, as they
+    /// are now.
     pub(super) async fn record_missed(&self) -> Result<(), String> {
         let write = missed::write(
             self.catalog.borrow().directory().clone(),
@@ -159,13 +163,19 @@ impl Master {
                 "slave {} holds every vector it owns again",
                 self.slave_name(index)
             );
-            if let Err(reason) = self.accept_if_whole(index).await {
-                tracing::warn!("{reason}");
-            }
         }
-        // A record left behind only copies those vectors once more.
-        if recopied && let Err(reason) = self.record_missed().await {
-            tracing::warn!("{reason}");
+        // A record left behind only copies those vectors once more: it is
+        // rewritten when a slave is whole, and else after every
+        // MISSED_RECORD_EVERY vectors copied back, not after every round.
+        if recopied {
+            let since = self.recopied.get() + vids.len();
+            self.recopied.set(since);
+            if whole || since >= MISSED_RECORD_EVERY {
+                self.recopied.set(0);
+                if let Err(reason) = self.record_missed().await {
+                    tracing::warn!("{reason}");
+                }
+            }
         }
         vids.len()
     }

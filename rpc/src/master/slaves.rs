@@ -36,10 +36,6 @@ pub(crate) struct SlaveState {
     /// saw it apply.
     pub(crate) store: u64,
     pub(crate) applied: u64,
-    /// Whether that store is not the one the ledger names for it (a wiped
-    /// or replaced disk, a restored backup): it serves nothing it owns
-    /// until every such vector has been copied back to it.
-    pub(crate) replaced: bool,
 }
 
 impl SlaveState {
@@ -54,7 +50,6 @@ impl SlaveState {
             session: 0,
             store: 0,
             applied: 0,
-            replaced: false,
         }
     }
 
