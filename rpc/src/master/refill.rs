@@ -24,10 +24,6 @@ use super::{Master, missed};
 /// The most vectors copied to a slave in one call.
 const REFILL_BATCH: usize = 256;
 
-/// How many vectors noted missed may be copied back before the record of
-/// missed writes is rewritten without them.
-const MISSED_RECORD_EVERY: usize = 64 * REFILL_BATCH;
-
 /// Refills slaves that lack vectors, forever.
 pub(super) async fn refill_loop(master: Rc<Master>) {
     loop {
@@ -164,17 +160,22 @@ impl Master {
                 self.slave_name(index)
             );
         }
-        // A record left behind only copies those vectors once more: it is
-        // rewritten when a slave is whole, and else after every
-        // MISSED_RECORD_EVERY vectors copied back, not after every round.
+        // A record left behind only copies those vectors once more; but a
+        // master restarted with an old one would refuse copies that are
+        // right, with no owner left to copy from if a partner has lost its
+        // data since. So it is rewritten once the vectors copied back since
+        // it was written are an eighth of those it still names (every round
+        // for a small one, geometrically fewer times for a large one).
         if recopied {
             let since = self.recopied.get() + vids.len();
-            self.recopied.set(since);
-            if whole || since >= MISSED_RECORD_EVERY {
+            let named: usize = self.missed.borrow().iter().map(BTreeSet::len).sum();
+            if whole || since.saturating_mul(8) >= named {
                 self.recopied.set(0);
                 if let Err(reason) = self.record_missed().await {
                     tracing::warn!("{reason}");
                 }
+            } else {
+                self.recopied.set(since);
             }
         }
         vids.len()
