@@ -1,17 +1,15 @@
-//! The record of the writes an owner missed that masters kept before every
-//! import went through the journal (docs/protocol.md §9): still read, so
-//! that a data directory such a master left is honoured, and shrunk as its
-//! vectors are copied back; nothing adds to it now.
+//! The master's record of the writes an owner missed (docs/protocol.md §9).
 //!
-//! An import that failed on an owner but was stored by another left the
-//! vectors it touched that already existed different between their owners:
-//! the one that failed held them without the import's bits. The master
-//! reads them from the other owners until they are copied back
-//! (`refill`). That choice must outlive the master: the owner that failed
-//! holds every one of those vids, so nothing a restarted master could ask
-//! it would show what it lacks. So the vids are recorded, per slave by its
-//! name, in one sealed file of the master's data directory,
-//! `missed-writes`, rewritten whole whenever they change.
+//! A slave found holding another store than the one the ledger names (a
+//! wiped or new disk, a restored backup) missed writes to every vector it
+//! owns; it may hold some of them all the same, from writes since. The
+//! master reads them from the other owners until they are copied back
+//! (`refill`). That choice must outlive the master: nothing a restarted
+//! master could ask the slave would show what it lacks. So the vids are
+//! recorded, per slave by its name, in one sealed file of the master's data
+//! directory, `missed-writes`, rewritten whole as they change. (Masters
+//! before the journal of imports wrote it for imports that failed on an
+//! owner; such a record is read the same way.)
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
