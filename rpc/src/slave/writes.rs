@@ -1,0 +1,244 @@
+//! What a slave makes of a master's write before and after it touches its
+//! store: an import's or an update's changes read within the bounds of one
+//! message and validated, handed to the store fenced by their stamp
+//! (`Store::import_at`, `update_at`, `stage`), and the outcome as the
+//! master reads it.
+
+use bitfold_engine::store::{Fenced, ImportStats, Staged, Stamp, Store, StoreError, Update};
+use bitfold_engine::{ContainerRef, VectorBuf, VectorPart};
+
+use crate::bitfold_capnp::{change, change_result, vid_vector};
+use crate::wire;
+
+/// Validates the vectors of an import message and stores them durably as
+/// write `stamp` of a master of `epoch` (fenced: [`Store::import_at`]).
+pub(crate) fn import_batch(
+    store: &Store,
+    epoch: u64,
+    stamp: Stamp,
+    message: &capnp::message::Builder<capnp::message::HeapAllocator>,
+) -> capnp::Result<Result<Fenced<ImportStats>, StoreError>> {
+    let parts = read_import(message.get_root_as_reader()?)?;
+    Ok(store.import_at(epoch, stamp, &import_views(&parts)?))
+}
+
+/// Validates the vectors of an import message and writes them as a staged
+/// batch ([`Store::stage`]).
+pub(super) fn stage_batch(
+    store: &Store,
+    message: &capnp::message::Builder<capnp::message::HeapAllocator>,
+) -> capnp::Result<Result<Staged, StoreError>> {
+    let parts = read_import(message.get_root_as_reader()?)?;
+    Ok(store.stage(&import_views(&parts)?))
+}
+
+/// Why a write was refused by the fence, naming the newer epoch.
+pub(super) fn fenced(newer: u64) -> String {
+    format!(
+        "refused: a master of epoch {newer} has written here since (this write comes from an \
+         older master, which must not write any more)"
+    )
+}
+
+/// Writes the outcome of a fenced write of vectors (`what` the slave did)
+/// into `out`: the vids changed, none for a write applied already, or why not.
+pub(crate) fn write_changed(
+    mut out: change_result::Builder<'_>,
+    applied: Result<Fenced<Vec<u64>>, StoreError>,
+    what: &str,
+) {
+    match applied {
+        Ok(Fenced::Applied(changed)) => {
+            let bytes = out.init_changed(changed.len() as u32 * 8);
+            bytes.copy_from_slice(bytemuck::cast_slice(&changed));
+        }
+        Ok(Fenced::AlreadyApplied(_)) => {
+            out.init_changed(0);
+        }
+        Ok(Fenced::OlderEpoch(newer)) => out.set_refused(fenced(newer)),
+        Err(err) => out.set_error(format!("the slave could not {what}: {err}")),
+    }
+}
+
+/// The parts of an import's vectors, each with its vid, in the order they
+/// came: what a slave reads, within the import bounds, before it validates
+/// each part and touches its store.
+pub(crate) fn read_import(
+    vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
+) -> capnp::Result<Vec<(u64, wire::WirePart<'_>)>> {
+    wire::check_import(vectors)?;
+    let mut wire_parts = Vec::new();
+    for vector in vectors.iter() {
+        let vid = vector.get_vid();
+        for part in wire::read_parts(vector.get_parts()?)? {
+            wire_parts.push((vid, part));
+        }
+    }
+    Ok(wire_parts)
+}
+
+/// The validated views of an import's parts ([`read_import`]), each with its vid.
+pub(crate) fn import_views<'p>(
+    parts: &'p [(u64, wire::WirePart<'_>)],
+) -> capnp::Result<Vec<(u64, VectorPart<'p>)>> {
+    let view =
+        |(vid, part): &'p (u64, wire::WirePart<'_>)| Ok((*vid, part.view().map_err(wire::failed)?));
+    parts.iter().map(view).collect()
+}
+
+/// Validates the changes of an update message and applies them, in order,
+/// as one durable update, write `stamp` of a master of `epoch` (fenced:
+/// [`Store::update_at`]); returns the vids that changed.
+pub(super) fn update_batch(
+    store: &Store,
+    epoch: u64,
+    stamp: Stamp,
+    message: &capnp::message::Builder<capnp::message::HeapAllocator>,
+) -> capnp::Result<Result<Fenced<Vec<u64>>, StoreError>> {
+    let read = read_changes(message.get_root_as_reader()?)?;
+    let changes = change_views(&read)?;
+    let batch: Vec<Update<'_>> = changes
+        .iter()
+        .flat_map(|change| -> Vec<Update<'_>> {
+            match change {
+                ChangeView::Clear(vid, parts) => {
+                    parts.iter().map(|&p| Update::Clear(*vid, p)).collect()
+                }
+                ChangeView::Delete(vid) => vec![Update::Delete(*vid)],
+                ChangeView::Replace(vid, vector) => vec![Update::Replace(*vid, vector.as_part())],
+            }
+        })
+        .collect();
+    Ok(store
+        .update_at(epoch, stamp, &batch)
+        .map(|fenced| match fenced {
+            Fenced::Applied(stats) => Fenced::Applied(stats.changed),
+            Fenced::AlreadyApplied(at) => Fenced::AlreadyApplied(at),
+            Fenced::OlderEpoch(newer) => Fenced::OlderEpoch(newer),
+        }))
+}
+
+/// One change of an update, read from its message: its vid, what it does,
+/// and the parts of a clear or a replace (none for a delete).
+pub(crate) struct ChangeParts<'a> {
+    vid: u64,
+    kind: ChangeKind,
+    parts: Vec<wire::WirePart<'a>>,
+}
+
+/// What a change does.
+#[derive(Clone, Copy)]
+enum ChangeKind {
+    Clear,
+    Delete,
+    Replace,
+}
+
+/// Reads the changes of an update as a slave does before it touches its
+/// store: refused whole if over the bounds of one update
+/// ([`wire::check_changes`]) or if a change's parts do not read.
+pub(crate) fn read_changes(
+    changes: capnp::struct_list::Reader<'_, change::Owned>,
+) -> capnp::Result<Vec<ChangeParts<'_>>> {
+    wire::check_changes(changes)?;
+    changes
+        .iter()
+        .map(|change| {
+            let (kind, parts) = match change.which()? {
+                change::Clear(parts) => (ChangeKind::Clear, wire::read_parts(parts?)?),
+                change::Delete(()) => (ChangeKind::Delete, Vec::new()),
+                change::Replace(parts) => (ChangeKind::Replace, wire::read_parts(parts?)?),
+                change::Set(_) => {
+                    return Err(wire::failed(
+                        "an update cannot set bits: the bits of an import travel as an import",
+                    ));
+                }
+            };
+            Ok(ChangeParts {
+                vid: change.get_vid(),
+                kind,
+                parts,
+            })
+        })
+        .collect()
+}
+
+/// What one change does to the store, validated.
+pub(crate) enum ChangeView<'p> {
+    /// Clear the bits of these parts from the vector.
+    Clear(u64, Vec<VectorPart<'p>>),
+    /// Remove the vector.
+    Delete(u64),
+    /// Make the vector exactly this (its parts put together).
+    Replace(u64, VectorBuf),
+}
+
+/// The changes `read` ([`read_changes`]) as the store takes them: every
+/// part validated, a replace's parts put together into its vector.
+pub(crate) fn change_views<'p>(read: &'p [ChangeParts<'_>]) -> capnp::Result<Vec<ChangeView<'p>>> {
+    read.iter()
+        .map(|change| {
+            let views = wire::stored_views(&change.parts)?;
+            Ok(match change.kind {
+                ChangeKind::Clear => ChangeView::Clear(change.vid, views),
+                ChangeKind::Delete => ChangeView::Delete(change.vid),
+                ChangeKind::Replace => ChangeView::Replace(change.vid, concatenate(&views)?),
+            })
+        })
+        .collect()
+}
+
+/// The vector made of `parts` (key-disjoint, in ascending key order, as
+/// the parts of a vector travel).
+pub(crate) fn concatenate(parts: &[VectorPart<'_>]) -> capnp::Result<VectorBuf> {
+    let mut vector = VectorBuf::new();
+    for (key, container) in parts.iter().flat_map(|p| p.containers()) {
+        match container {
+            ContainerRef::Dense(words) => vector.push_dense(key, words),
+            ContainerRef::Sparse(values) => vector.push_sparse(key, values),
+        }
+        .map_err(|e| wire::failed(format!("a replaced vector's parts overlap: {e}")))?;
+    }
+    Ok(vector)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An import message of `count` vectors, vid `i` holding bit `i`.
+    fn vectors(count: u32) -> capnp::message::Builder<capnp::message::HeapAllocator> {
+        let mut message = capnp::message::Builder::new_default();
+        let mut list = message.initn_root::<capnp::struct_list::Builder<vid_vector::Owned>>(count);
+        for i in 0..count {
+            let mut vector = list.reborrow().get(i);
+            vector.set_vid(u64::from(i));
+            let bit = bitfold_engine::VectorBuf::from_bits(vec![i]);
+            wire::write_part(vector.init_parts(1).get(0), &bit.as_part());
+        }
+        message
+    }
+
+    #[test]
+    fn an_import_over_its_bounds_is_refused_whole_and_the_next_is_stored() {
+        let store = Store::in_memory();
+        let stamp = |write| Stamp { write, piece: 0 };
+        let err =
+            import_batch(&store, 1, stamp(1), &vectors(wire::MAX_IMPORT_VECTORS + 1)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("262145 vectors to import in one message"),
+            "{err}"
+        );
+        assert_eq!(
+            store.snapshot().vector_count(),
+            0,
+            "nothing of it is stored"
+        );
+        import_batch(&store, 1, stamp(2), &vectors(3))
+            .unwrap()
+            .unwrap();
+        assert_eq!(store.snapshot().vids().collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(store.identity().applied, stamp(2));
+    }
+}
