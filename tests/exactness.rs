@@ -29,26 +29,13 @@ use bitfold_engine::VectorBuf;
 use bitfold_rpc::client::{Answer, Client, Error, ErrorKind, Format, PlacementReport};
 use bitfold_rpc::placement::{self, READ_BLOCK};
 
-use crate::util::{Cluster, Oracle, stderr, stdout, wait_until_all_up};
+use crate::util::{Cluster, Oracle, QUICK_MASTER, stderr, stdout, wait_until_all_up};
 
 /// Slaves in every cluster here.
 const SLAVES: usize = 4;
 
 /// Copies of every vector.
 const REPLICAS: usize = 2;
-
-/// Master flags that keep the sequences short: a dead or hung slave is given
-/// up on after 1 s, and a slave that is down is probed every 200 ms.
-const QUICK: &[&str] = &[
-    "--rpc-timeout",
-    "1s",
-    "--query-timeout",
-    "10s",
-    "--attempts",
-    "4",
-    "--probe-interval",
-    "200ms",
-];
 
 /// The longest any wait for the cluster to heal (answers exact, every
 /// vector whole) may take.
@@ -60,6 +47,19 @@ const POLL: Duration = Duration::from_millis(200);
 /// The owners of `vid` (slave indices, primary first).
 fn owners(vid: u64) -> Vec<usize> {
     placement::owners(vid, SLAVES, REPLICAS)
+}
+
+/// A cluster for a sequence, with the vids of [`vids_of_s0_and_s1`]
+/// imported holding `bits`, each watched from that state.
+fn start_holding(bits: &[u32]) -> (Cluster, Vec<u64>, Vec<Watch>) {
+    let cluster = Cluster::start_with(SLAVES, REPLICAS, QUICK_MASTER);
+    let vids = vids_of_s0_and_s1();
+    import(&cluster.client(), &vids, bits).expect("the first import succeeds");
+    let watches = vids
+        .iter()
+        .map(|&vid| Watch::new(vid, State::of(bits)))
+        .collect();
+    (cluster, vids, watches)
 }
 
 /// Four vids owned by exactly s0 and s1: two in the first read block (a
@@ -494,14 +494,8 @@ fn kill_master(cluster: &mut Cluster) {
 /// healed, exactly that with either owner killed.
 #[test]
 fn an_import_onto_a_wiped_and_restarted_owner_never_answers_only_its_bits() {
-    let mut cluster = Cluster::start_with(SLAVES, REPLICAS, QUICK);
-    let vids = vids_of_s0_and_s1();
+    let (mut cluster, _, mut watches) = start_holding(&[1, 2, 3]);
     let client = cluster.client();
-    import(&client, &vids, &[1, 2, 3]).expect("the first import succeeds");
-    let mut watches: Vec<Watch> = vids
-        .iter()
-        .map(|&vid| Watch::new(vid, State::of(&[1, 2, 3])))
-        .collect();
 
     cluster.kill_slave(1);
     std::fs::remove_dir_all(cluster.slave_dir(1)).expect("s1's data directory is wiped");
@@ -543,13 +537,7 @@ fn an_import_onto_a_wiped_and_restarted_owner_never_answers_only_its_bits() {
 /// too); once healed, exactly the same set with either owner killed.
 #[test]
 fn an_import_cut_short_by_the_master_s_death_never_answers_old_bits_after_new() {
-    let mut cluster = Cluster::start_with(SLAVES, REPLICAS, QUICK);
-    let vids = vids_of_s0_and_s1();
-    import(&cluster.client(), &vids, &[1]).expect("the first import succeeds");
-    let mut watches: Vec<Watch> = vids
-        .iter()
-        .map(|&vid| Watch::new(vid, State::of(&[1])))
-        .collect();
+    let (mut cluster, vids, mut watches) = start_holding(&[1]);
 
     cluster.slaves[1]
         .as_ref()
@@ -620,7 +608,7 @@ fn an_import_cut_short_by_the_master_s_death_never_answers_old_bits_after_new() 
 /// a vid that answered {5} deletes it.
 #[test]
 fn a_failed_import_of_new_vids_leaves_no_bits_behind_on_the_owner_that_stored_it() {
-    let mut cluster = Cluster::start_with(SLAVES, REPLICAS, QUICK);
+    let mut cluster = Cluster::start_with(SLAVES, REPLICAS, QUICK_MASTER);
     let vids = vids_of_s0_and_s1();
     let mut watches: Vec<Watch> = vids
         .iter()
@@ -700,13 +688,7 @@ fn a_failed_import_of_new_vids_leaves_no_bits_behind_on_the_owner_that_stored_it
 /// the other answers exactly.
 #[test]
 fn a_vector_whose_imports_failed_on_each_owner_in_turn_is_available_again_once_healed() {
-    let mut cluster = Cluster::start_with(SLAVES, REPLICAS, QUICK);
-    let vids = vids_of_s0_and_s1();
-    import(&cluster.client(), &vids, &[0]).expect("the first import succeeds");
-    let mut watches: Vec<Watch> = vids
-        .iter()
-        .map(|&vid| Watch::new(vid, State::of(&[0])))
-        .collect();
+    let (mut cluster, _, mut watches) = start_holding(&[0]);
 
     cluster.kill_slave(1);
     let first = import_watched(&cluster.client(), &mut watches, &[1]);
@@ -758,7 +740,7 @@ fn a_vector_whose_imports_failed_on_each_owner_in_turn_is_available_again_once_h
 /// exactly within [`HEAL`], never a wrong answer meanwhile.
 #[test]
 fn rebalance_onto_a_replaced_slave_ends_only_once_it_holds_every_vector_it_owns() {
-    let mut cluster = Cluster::start_with(SLAVES, REPLICAS, QUICK);
+    let mut cluster = Cluster::start_with(SLAVES, REPLICAS, QUICK_MASTER);
     let oracle = Oracle::load(&cluster, 31, 48, 200, 100_000);
     let mut watches: Vec<Watch> = oracle
         .vectors

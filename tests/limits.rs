@@ -15,9 +15,6 @@ use bitfold_rpc::bitfold_capnp::{
 use bitfold_rpc::client::Client;
 use capnp::capability::FromClientHook;
 use capnp::message::ReaderOptions;
-use capnp_rpc::rpc_twoparty_capnp::Side;
-use capnp_rpc::{RpcSystem, twoparty};
-use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 use crate::util::{Cluster, Oracle, assert_answer};
 
@@ -81,25 +78,11 @@ fn on_runtime<F: Future>(body: F) -> F::Output {
     tokio::task::LocalSet::new().block_on(&runtime, body)
 }
 
-/// A Cap'n Proto connection to `addr` and its bootstrap capability; the
-/// connection lives as long as the runtime's tasks.
+/// A Cap'n Proto connection to `addr` and its bootstrap capability.
 async fn connect<C: FromClientHook>(addr: &str) -> C {
-    let stream = tokio::net::TcpStream::connect(addr)
+    crate::util::connect_capnp(addr)
         .await
-        .expect("the server accepts a connection");
-    let (reader, writer) = stream.into_split();
-    let mut options = ReaderOptions::new();
-    options.traversal_limit_in_words(Some(MAX_MESSAGE_WORDS as usize));
-    let network = twoparty::VatNetwork::new(
-        reader.compat(),
-        writer.compat_write(),
-        Side::Client,
-        options,
-    );
-    let mut system = RpcSystem::new(Box::new(network), None);
-    let client = system.bootstrap(Side::Server);
-    tokio::task::spawn_local(system);
-    client
+        .expect("the server accepts a connection")
 }
 
 /// The text of a failed call, or a panic if it did not fail.

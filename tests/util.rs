@@ -20,6 +20,51 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long [`Server::log_once`] waits for a line the test expects.
 const LOG_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Master flags that keep fault scenarios short: a dead or hung slave is
+/// given up on after 1 s, and a slave that is down is probed every 200 ms.
+pub const QUICK_MASTER: &[&str] = &[
+    "--rpc-timeout",
+    "1s",
+    "--query-timeout",
+    "10s",
+    "--attempts",
+    "4",
+    "--probe-interval",
+    "200ms",
+];
+
+/// A raw Cap'n Proto connection to `addr` (a slave or a master, as `C`)
+/// and its bootstrap capability, for requests the client library does not
+/// make; the connection lives as long as the runtime's local tasks.
+pub async fn connect_capnp<C: capnp::capability::FromClientHook>(addr: &str) -> Result<C, String> {
+    use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+    let (reader, writer) = stream.into_split();
+    let mut options = capnp::message::ReaderOptions::new();
+    options.traversal_limit_in_words(Some(bitfold_rpc::MAX_MESSAGE_WORDS));
+    let network = capnp_rpc::twoparty::VatNetwork::new(
+        reader.compat(),
+        writer.compat_write(),
+        capnp_rpc::rpc_twoparty_capnp::Side::Client,
+        options,
+    );
+    let mut system = capnp_rpc::RpcSystem::new(Box::new(network), None);
+    let client = system.bootstrap(capnp_rpc::rpc_twoparty_capnp::Side::Server);
+    tokio::task::spawn_local(system);
+    Ok(client)
+}
+
+/// A span of vids as a query writes it: `7` or `10-19`.
+pub fn span_text((first, last): (u64, u64)) -> String {
+    if first == last {
+        first.to_string()
+    } else {
+        format!("{first}-{last}")
+    }
+}
+
 /// The `bitfold` binary under test.
 pub fn bitfold_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_bitfold"))
@@ -353,16 +398,7 @@ impl Oracle {
 
     /// The text of `R:` with the given terms.
     pub fn range_query(terms: &[(u64, u64)]) -> String {
-        let terms: Vec<String> = terms
-            .iter()
-            .map(|&(a, b)| {
-                if a == b {
-                    a.to_string()
-                } else {
-                    format!("{a}-{b}")
-                }
-            })
-            .collect();
+        let terms: Vec<String> = terms.iter().copied().map(span_text).collect();
         format!("R:{}", terms.join("&"))
     }
 

@@ -5,10 +5,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bitfold_rpc::bitfold_capnp::{Want, fetch_result, part, slave};
-use capnp::message::ReaderOptions;
-use capnp_rpc::rpc_twoparty_capnp::Side;
-use capnp_rpc::{RpcSystem, twoparty};
-use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 use super::history::Seen;
 
@@ -69,22 +65,9 @@ pub fn copies(addr: &str) -> Result<BTreeMap<u64, Seen>, String> {
 }
 
 async fn connect(addr: &str) -> capnp::Result<slave::Client> {
-    let stream = tokio::net::TcpStream::connect(addr)
+    crate::util::connect_capnp(addr)
         .await
-        .map_err(|e| capnp::Error::failed(format!("cannot connect: {e}")))?;
-    let (reader, writer) = stream.into_split();
-    let mut options = ReaderOptions::new();
-    options.traversal_limit_in_words(Some(bitfold_rpc::MAX_MESSAGE_WORDS));
-    let network = twoparty::VatNetwork::new(
-        reader.compat(),
-        writer.compat_write(),
-        Side::Client,
-        options,
-    );
-    let mut system = RpcSystem::new(Box::new(network), None);
-    let client = system.bootstrap(Side::Server);
-    tokio::task::spawn_local(system);
-    Ok(client)
+        .map_err(capnp::Error::failed)
 }
 
 /// The bits of one part, decoded naively from its fields; full and hole

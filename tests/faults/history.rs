@@ -58,13 +58,8 @@ impl Action {
                     .map(|spans| {
                         spans
                             .iter()
-                            .map(|&(a, b)| {
-                                if a == b {
-                                    a.to_string()
-                                } else {
-                                    format!("{a}-{b}")
-                                }
-                            })
+                            .copied()
+                            .map(crate::util::span_text)
                             .collect::<Vec<_>>()
                             .join(",")
                     })

@@ -12,16 +12,7 @@ use crate::util::{Cluster, Rng, Server};
 
 /// The master's flags: a hung slave is given up on after 1 s, a down one
 /// probed every 200 ms, so a run sees many faults and heals quickly.
-pub const MASTER_ARGS: &[&str] = &[
-    "--rpc-timeout",
-    "1s",
-    "--query-timeout",
-    "10s",
-    "--attempts",
-    "4",
-    "--probe-interval",
-    "200ms",
-];
+pub use crate::util::QUICK_MASTER as MASTER_ARGS;
 
 /// The kinds of fault, for the tally. `stall-then-kill-master` stops a
 /// slave (SIGSTOP) so that the master waits on it mid-import, kills the
