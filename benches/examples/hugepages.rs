@@ -2,8 +2,8 @@
 //! whether this machine maps a store's segment files in huge pages.
 //!
 //! Writes the same bytes twice into a store directory: once the way a store
-//! wrote its files before wave 13 (a 1 MiB `BufWriter` fed 128 KiB at a
-//! time), once through the store's own writer (`MmapDirectory::create`,
+//! wrote its files before it wrote whole chunks (a 1 MiB `BufWriter` fed
+//! 128 KiB at a time), once through the store's own writer (`MmapDirectory::create`,
 //! whole aligned 2 MiB chunks). Maps both through the store, reports how
 //! much of each map the kernel backs with huge pages (`FilePmdMapped` in
 //! `/proc/self/smaps`), then ORs 128 KiB slices at random places, as a
