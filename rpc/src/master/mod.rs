@@ -365,48 +365,40 @@ impl master::Server for Master {
 }
 
 impl Master {
-    /// How many vectors have fewer copies that may serve than their owners
-    /// (`replicas`, or every slave when there are fewer), and the owners
-    /// that do not serve them.
-    fn under_replicated(&self) -> (u64, Vec<usize>) {
+    /// How the catalog's vectors stand: one pass over it.
+    fn standing(&self) -> Standing {
         let layout = self.layout();
         let catalog = self.catalog.borrow();
-        let mut under = 0;
-        let mut machines = std::collections::BTreeSet::new();
+        let mut standing = Standing::default();
         for vid in catalog.range(0, u64::MAX) {
             let owners = layout.read_owners(vid);
-            let idle: Vec<usize> = owners
-                .iter()
-                .copied()
-                .filter(|&o| !self.serves(o, vid))
-                .collect();
-            under += u64::from(!idle.is_empty());
-            machines.extend(idle);
-        }
-        (under, machines.into_iter().collect())
-    }
-
-    /// Counts what is placed well and what is not.
-    fn placement_report(&self, mut out: crate::bitfold_capnp::placement_report::Builder<'_>) {
-        let layout = self.layout();
-        let catalog = self.catalog.borrow();
-        let replicas = layout.current.replicas;
-        let (mut under, mut lost, mut misplaced) = (0, 0, 0);
-        for vid in catalog.range(0, u64::MAX) {
-            let owners = layout.read_owners(vid);
-            let serving = owners.iter().filter(|&&o| self.serves(o, vid)).count();
-            under += u64::from(serving < replicas.min(owners.len()));
-            lost += u64::from(serving == 0);
+            let mut idle = 0;
+            for &owner in &owners {
+                if !self.serves(owner, vid) {
+                    idle += 1;
+                    standing.idle.insert(owner);
+                }
+            }
+            standing.under += u64::from(idle > 0);
+            standing.lost += u64::from(idle == owners.len());
             if let Some(target) = &layout.target {
-                misplaced += u64::from(
+                standing.misplaced += u64::from(
                     vid >= self.move_next.get() && target.placement().owners(vid) != owners,
                 );
             }
         }
+        standing
+    }
+
+    /// Counts what is placed well and what is not.
+    fn placement_report(&self, mut out: crate::bitfold_capnp::placement_report::Builder<'_>) {
+        let standing = self.standing();
+        let layout = self.layout();
+        let catalog = self.catalog.borrow();
         out.set_vectors(catalog.len() as u64);
-        out.set_under_replicated(under);
-        out.set_lost(lost);
-        out.set_misplaced(misplaced);
+        out.set_under_replicated(standing.under);
+        out.set_lost(standing.lost);
+        out.set_misplaced(standing.misplaced);
         out.set_moving(layout.target.is_some());
         out.set_move_done(
             catalog
@@ -414,6 +406,20 @@ impl Master {
                 .count() as u64,
         );
     }
+}
+
+/// How the catalog's vectors stand ([`Master::standing`]).
+#[derive(Default)]
+struct Standing {
+    /// Vectors with an owner that may not serve them (fewer than `replicas`
+    /// copies that may serve, or than every slave when there are fewer).
+    under: u64,
+    /// Vectors no owner may serve.
+    lost: u64,
+    /// Vectors not yet on their owners under a move in progress.
+    misplaced: u64,
+    /// The owners that may not serve some vector they own.
+    idle: BTreeSet<usize>,
 }
 
 /// The reason a slave gave in a text field, or, if the field does not

@@ -108,7 +108,8 @@ impl Master {
             copied += self.refill_held(index).await as u64;
         }
         progress.copied += copied;
-        let (under, machines) = self.under_replicated();
+        let standing = self.standing();
+        let (under, machines) = (standing.under, Vec::from_iter(standing.idle));
         progress.finished = under == 0;
         if under > 0 && copied == 0 {
             return Err(self.unavailable(
