@@ -355,7 +355,7 @@ interface Slave {
   # again if this write (or a later one) is applied already. `state` is
   # the slave's after the call. With `stage`, the vectors are only written
   # (durably, but not yet read or counted as applied) until `commit` of
-  # the same stamp: the master writes its journal meanwhile.
+  # their write: the master writes its journal meanwhile.
 
   health @4 () -> (vectors :UInt64, bytes :UInt64, readBytes :UInt64, sentBytes :UInt64,
                    state :StoreState);
@@ -400,7 +400,9 @@ interface Slave {
   # what it stored, as the copies travelled. The copies are a write of the
   # master (`stamp`, fenced as `import` is) read from session `fromSession`.
 
-  commit @10 (stamp :Stamp) -> (outcome :Outcome, state :StoreState);
-  # Applies the import staged with this stamp (`import` with `stage`),
-  # fenced as `import` is; an `error` when none is staged.
+  commit @10 (stamp :Stamp, pieces :UInt32) -> (outcome :Outcome, state :StoreState);
+  # Applies, at once, the `pieces` pieces of write `stamp.write` staged
+  # (`import` with `stage`, pieces 0 to `pieces - 1`), as the write
+  # `stamp` (its piece 0), fenced as `import` is; an `error` unless every
+  # one of them is staged.
 }

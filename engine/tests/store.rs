@@ -709,21 +709,24 @@ fn a_staged_import_is_applied_only_when_committed() {
     let files = || std::fs::read_dir(dir.path()).unwrap().count();
     let before = files();
     let first = store.stage(&[(7, one.as_part())]).unwrap();
+    let second = store.stage(&[(6, two.as_part())]).unwrap();
     let late = store.stage(&[(7, two.as_part())]).unwrap();
     let never = store.stage(&[(8, three.as_part())]).unwrap();
-    assert_eq!(files(), before + 3, "staged durably, as files");
+    assert_eq!(files(), before + 4, "staged durably, as files");
     assert!(!store.snapshot().contains(7), "nothing staged is read");
+    // Two pieces of one write: applied together.
     assert!(matches!(
-        store.commit_at(1, at(4), first).unwrap(),
-        Fenced::Applied(_)
+        store.commit_at(1, at(4), vec![first, second]).unwrap(),
+        Fenced::Applied(stats) if stats.vectors == 2
     ));
     // Staged earlier than a write applied since: refused, and removed.
     assert_eq!(
-        store.commit_at(1, at(3), late).unwrap(),
+        store.commit_at(1, at(3), vec![late]).unwrap(),
         Fenced::AlreadyApplied(at(4))
     );
     let held: Vec<u32> = store.snapshot().parts(7).flat_map(|p| p.bits()).collect();
     assert_eq!(held, [1]);
+    assert!(store.snapshot().contains(6));
     assert_eq!(store.identity().applied, at(4));
     drop(store);
     let store = Store::open(dir.path()).unwrap();
@@ -731,8 +734,8 @@ fn a_staged_import_is_applied_only_when_committed() {
         !store.snapshot().contains(8),
         "a batch never committed is not read"
     );
-    assert_eq!(files(), before + 1, "and its file is gone: {never:?}");
+    assert_eq!(files(), before + 2, "and its file is gone: {never:?}");
     let staged = store.stage(&[(9, one.as_part())]).unwrap();
     store.discard(staged);
-    assert_eq!(files(), before + 1);
+    assert_eq!(files(), before + 2);
 }

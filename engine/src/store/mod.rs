@@ -292,7 +292,7 @@ impl Store {
         after: Identity,
     ) -> Result<ImportStats, StoreError> {
         let staged = self.write_staged(batch, || take_id(next_id))?;
-        self.install_staged(next_id, staged, after)
+        self.install_staged(next_id, vec![staged], after)
     }
 
     /// Writes the batch of [`Store::import`] as a segment file, durably,
@@ -306,17 +306,18 @@ impl Store {
         })
     }
 
-    /// Makes `staged` part of the store as write `stamp` of a master of
-    /// `epoch`, fenced as [`Store::import_at`] is; a refused one is removed.
+    /// Makes every batch of `staged` part of the store at once (one
+    /// manifest), as write `stamp` of a master of `epoch`, fenced as
+    /// [`Store::import_at`] is; refused ones are removed.
     pub fn commit_at(
         &self,
         epoch: u64,
         stamp: Stamp,
-        staged: Staged,
+        staged: Vec<Staged>,
     ) -> Result<Fenced<ImportStats>, StoreError> {
         let mut next_id = self.next_id.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(after) = self.fence(epoch, stamp) else {
-            self.discard(staged);
+            staged.into_iter().for_each(|s| self.discard(s));
             return Ok(self.refusal(epoch));
         };
         self.install_staged(&mut next_id, staged, after)
@@ -331,27 +332,29 @@ impl Store {
         }
     }
 
-    /// Installs `staged` (the caller holding the write lock, `next_id`),
-    /// recording `after` in the manifest, then merges full tiers.
+    /// Installs every batch of `staged` (the caller holding the write lock,
+    /// `next_id`), recording `after` in the manifest, then merges full tiers.
     fn install_staged(
         &self,
         next_id: &mut u64,
-        staged: Staged,
+        staged: Vec<Staged>,
         after: Identity,
     ) -> Result<ImportStats, StoreError> {
-        let Some(segment) = staged.segment else {
+        let vectors = staged.iter().map(|s| s.vectors).sum();
+        let new: Vec<Arc<Segment>> = staged.into_iter().filter_map(|s| s.segment).collect();
+        if new.is_empty() {
             self.record(after)?;
             return Ok(ImportStats::default());
-        };
-        let bytes = segment.len();
+        }
+        let bytes = new.iter().map(|s| s.len()).sum();
         let mut segments = self.snapshot().segments.clone();
-        segments.push(segment);
+        segments.extend(new);
         self.install(segments, after)?;
         let merged_segments = self
             .merge_full_tiers(next_id)
             .map_err(|e| StoreError::Compaction(Box::new(e)))?;
         Ok(ImportStats {
-            vectors: staged.vectors,
+            vectors,
             bytes,
             merged_segments,
         })

@@ -54,6 +54,38 @@ impl Master {
         }
     }
 
+    /// [`Master::saw_applied`] after slave `owner` answered write `write`
+    /// as applied: a store that has applied a later write did not apply
+    /// this one (its fence took it for an old one), though every write is
+    /// sent under the write lock in order and an owner catches up before
+    /// anything later reaches it. Its copies would then miss this write
+    /// while the write was acknowledged: an error, never an `ok`.
+    pub(super) fn saw_write_applied(
+        &self,
+        owner: usize,
+        write: u64,
+        state: capnp::Result<store_state::Reader<'_>>,
+    ) -> Result<(), String> {
+        let ahead = state
+            .as_ref()
+            .ok()
+            .map(|s| s.get_write())
+            .filter(|&w| w > write);
+        self.saw_applied(owner, state);
+        match ahead {
+            None => Ok(()),
+            Some(applied) => {
+                tracing::error!(
+                    "slave {} says its store has applied write {applied}, later than write                      {write} it was just sent: it did not apply write {write}",
+                    self.slave_name(owner)
+                );
+                Err(format!(
+                    "its store has applied write {applied}, later than write {write}, which it                      therefore did not apply"
+                ))
+            }
+        }
+    }
+
     /// The outcome of an `import` or a `commit`: `Ok` or why not.
     pub(super) fn read_imported(
         &self,

@@ -296,7 +296,7 @@ impl Master {
                 })
                 .await?;
             read_changed(&response)?;
-            self.saw_applied(owner, response.get().and_then(|r| r.get_state()));
+            self.saw_write_applied(owner, write, response.get().and_then(|r| r.get_state()))?;
         }
         Ok(())
     }

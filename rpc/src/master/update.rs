@@ -338,7 +338,7 @@ impl Master {
                 })
                 .await?;
             changed.extend(read_changed(&response)?);
-            self.saw_applied(owner, response.get().and_then(|r| r.get_state()));
+            self.saw_write_applied(owner, id, response.get().and_then(|r| r.get_state()))?;
         }
         Ok(changed)
     }
@@ -370,29 +370,28 @@ impl Master {
                 .await?;
             self.read_imported(response.get().and_then(|r| r.get_outcome()))?;
             if !stage {
-                self.saw_applied(owner, response.get().and_then(|r| r.get_state()));
+                self.saw_write_applied(owner, id, response.get().and_then(|r| r.get_state()))?;
             }
         }
         Ok(())
     }
 
-    /// Has `owner` apply, piece by piece, the import `id` it staged.
+    /// Has `owner` apply the import `id` it staged, every piece at once.
     async fn commit_import(&self, owner: usize, id: u64, share: &Share) -> Result<(), String> {
         let addr = self.layout().slaves()[owner].addr.clone();
-        for piece in 0..share.pieces.len() {
-            let response = self
-                .pool
-                .call(&addr, self.options.import_timeout, |client| {
-                    let mut request = client.commit_request();
-                    let stamp = request.get().init_stamp();
-                    self.stamp(stamp, self.session(owner), id, piece as u64);
-                    request.send().promise
-                })
-                .await?;
-            self.read_imported(response.get().and_then(|r| r.get_outcome()))?;
-            self.saw_applied(owner, response.get().and_then(|r| r.get_state()));
-        }
-        Ok(())
+        let pieces = u32::try_from(share.pieces.len())
+            .map_err(|_| format!("write {id} has more pieces than a commit names"))?;
+        let response = self
+            .pool
+            .call(&addr, self.options.import_timeout, |client| {
+                let mut request = client.commit_request();
+                self.stamp(request.get().init_stamp(), self.session(owner), id, 0);
+                request.get().set_pieces(pieces);
+                request.send().promise
+            })
+            .await?;
+        self.read_imported(response.get().and_then(|r| r.get_outcome()))?;
+        self.saw_write_applied(owner, id, response.get().and_then(|r| r.get_state()))
     }
 
     /// Slave `owner`'s share of pending write `id`: its changes, cut in

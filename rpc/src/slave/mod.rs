@@ -237,7 +237,7 @@ impl slave::Server for Slave {
                     self.keep_staged(stamp, staged);
                     outcome.set_ok(());
                 }
-                Err(err) => self.write_imported(&mut outcome, Err(err)),
+                Err(err) => self.write_imported(&mut outcome, stamp, Err(err)),
             }
             self.write_state(results.get().init_state());
             return Ok(());
@@ -246,7 +246,7 @@ impl slave::Server for Slave {
             tokio::task::spawn_blocking(move || import_batch(&store, epoch, stamp, &batch))
                 .await
                 .map_err(wire::failed)??;
-        self.write_imported(&mut results.get().init_outcome(), stored);
+        self.write_imported(&mut results.get().init_outcome(), stamp, stored);
         self.write_state(results.get().init_state());
         Ok(())
     }
@@ -258,18 +258,30 @@ impl slave::Server for Slave {
     ) -> Result<(), capnp::Error> {
         self.metrics.request("commit");
         let (epoch, stamp) = self.check_stamp(params.get()?.get_stamp()?)?;
-        let staged = self.staged.borrow_mut().remove(&stamp);
-        let Some(staged) = staged else {
-            return Err(wire::failed(format!(
-                "no import is staged with write {} piece {}",
-                stamp.write, stamp.piece
-            )));
+        let pieces = u64::from(params.get()?.get_pieces());
+        let staged = {
+            let mut kept = self.staged.borrow_mut();
+            let piece = |piece| Stamp {
+                write: stamp.write,
+                piece,
+            };
+            if let Some(missing) = (0..pieces).find(|&p| !kept.contains_key(&piece(p))) {
+                return Err(wire::failed(format!(
+                    "no import is staged with write {} piece {missing}",
+                    stamp.write
+                )));
+            }
+            (0..pieces).filter_map(|p| kept.remove(&piece(p))).collect()
+        };
+        let stamp = Stamp {
+            write: stamp.write,
+            piece: 0,
         };
         let store = self.store.clone();
         let stored = tokio::task::spawn_blocking(move || store.commit_at(epoch, stamp, staged))
             .await
             .map_err(wire::failed)?;
-        self.write_imported(&mut results.get().init_outcome(), stored);
+        self.write_imported(&mut results.get().init_outcome(), stamp, stored);
         self.write_state(results.get().init_state());
         Ok(())
     }
@@ -292,6 +304,22 @@ impl slave::Server for Slave {
             tokio::task::spawn_blocking(move || update_batch(&store, epoch, stamp, &batch))
                 .await
                 .map_err(wire::failed)??;
+        match &applied {
+            Ok(Fenced::Applied(changed)) => tracing::debug!(
+                "write {} piece {}: changed {} vectors",
+                stamp.write,
+                stamp.piece,
+                changed.len()
+            ),
+            Ok(Fenced::AlreadyApplied(at)) => tracing::debug!(
+                "write {} piece {}: applied already (the store is at write {} piece {})",
+                stamp.write,
+                stamp.piece,
+                at.write,
+                at.piece
+            ),
+            _ => {}
+        }
         write_changed(results.get().init_result(), applied, "apply the update");
         self.write_state(results.get().init_state());
         Ok(())
@@ -403,9 +431,9 @@ impl Slave {
         ))
     }
 
-    /// Keeps a staged import until its commit. The master commits writes in
-    /// order, so one staged for an earlier write than `stamp`'s is never
-    /// committed: it is removed.
+    /// Keeps a staged piece of an import until its commit. The master
+    /// commits writes in order, so one staged for an earlier write than
+    /// `stamp`'s is never committed: it is removed.
     fn keep_staged(&self, stamp: Stamp, staged: Staged) {
         let mut kept = self.staged.borrow_mut();
         let stale: Vec<Stamp> = kept
@@ -421,18 +449,35 @@ impl Slave {
         kept.insert(stamp, staged);
     }
 
-    /// The outcome of an import (applied now or before, or why not) into `out`.
+    /// The outcome of an import of write `stamp` (applied now or before,
+    /// or why not) into `out`.
     fn write_imported(
         &self,
         out: &mut crate::bitfold_capnp::outcome::Builder<'_>,
+        stamp: Stamp,
         stored: Result<Fenced<ImportStats>, StoreError>,
     ) {
         let message = match stored {
             Ok(Fenced::Applied(stats)) => {
+                tracing::debug!(
+                    "write {} piece {}: stored {} vectors",
+                    stamp.write,
+                    stamp.piece,
+                    stats.vectors
+                );
                 self.metrics.imported(&stats);
                 return out.set_ok(());
             }
-            Ok(Fenced::AlreadyApplied(_)) => return out.set_ok(()),
+            Ok(Fenced::AlreadyApplied(at)) => {
+                tracing::debug!(
+                    "write {} piece {}: applied already (the store is at write {} piece {})",
+                    stamp.write,
+                    stamp.piece,
+                    at.write,
+                    at.piece
+                );
+                return out.set_ok(());
+            }
             Ok(Fenced::OlderEpoch(newer)) => fenced(newer),
             Err(err) => format!("the slave could not store the vectors: {err}"),
         };
