@@ -343,14 +343,16 @@ impl Master {
     /// When a slave among `failed` refused a call because it restarted,
     /// asks every slave at once: those that restarted too (a whole cluster
     /// started again) are checked now, and once their stores are checked
-    /// (and they have caught up) the next attempt may use them.
+    /// (and they have caught up) the next attempt may use them. A slave
+    /// that must catch up while a write is being applied waits for a later
+    /// probe: a write waits for the queries in flight, this one included.
     async fn check_restarted(&self, failed: &[FailedMachine]) {
         if failed
             .iter()
             .any(|m| m.reason.contains(crate::slave::NEW_PROCESS))
         {
             let all = 0..self.layout().slaves().len();
-            futures::future::join_all(all.map(|i| self.probe(i, Writes::Take))).await;
+            futures::future::join_all(all.map(|i| self.probe(i, Writes::Try))).await;
         }
     }
 

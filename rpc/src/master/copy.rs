@@ -82,7 +82,7 @@ impl Master {
         let mut by_source: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
         for &vid in vids {
             let owners = layout.read_owners(vid);
-            let Some(source) = owners.iter().copied().find(|&o| self.serves(o, vid)) else {
+            let Some(source) = owners.iter().copied().find(|&o| self.holds(o, vid)) else {
                 return Err(self.unavailable(
                     format!("no live owner holds vector {vid} to copy it from"),
                     &owners,

@@ -52,6 +52,7 @@ use std::rc::Rc;
 
 use crate::bitfold_capnp::{master, update_outcome};
 use crate::catalog::Catalog;
+use crate::chain::VidRun;
 use crate::client::ErrorKind;
 use crate::metrics::{self, MasterMetrics};
 use crate::net::{self, Pool};
@@ -104,6 +105,7 @@ pub fn run_until(
             ledger_writes: tokio::sync::Mutex::new(()),
             writes: tokio::sync::Mutex::new(()),
             in_flight: Rc::new(InFlight::default()),
+            writing: RefCell::default(),
             lacking: RefCell::new(missed.clone()),
             missed: RefCell::new(missed),
             recopied: Cell::new(0),
@@ -152,6 +154,9 @@ struct Master {
     writes: tokio::sync::Mutex<()>,
     /// The queries in flight.
     in_flight: Rc<InFlight>,
+    /// The vids of the write being applied: until it is done, queries read
+    /// them from their primary owner only (`serving`).
+    writing: RefCell<BTreeSet<u64>>,
     /// Where vectors are placed (replaced whole by `rebalance`).
     layout: RefCell<Rc<Layout>>,
     /// During a move, the first vid not yet copied to its new owners.
@@ -370,11 +375,12 @@ impl Master {
         let layout = self.layout();
         let catalog = self.catalog.borrow();
         let mut standing = Standing::default();
+        let holding = self.holding();
         for vid in catalog.range(0, u64::MAX) {
             let owners = layout.read_owners(vid);
             let mut idle = 0;
             for &owner in &owners {
-                if !self.serves(owner, vid) {
+                if !holding(owner, VidRun::one(vid)) {
                     idle += 1;
                     standing.idle.insert(owner);
                 }

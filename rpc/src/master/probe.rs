@@ -50,14 +50,20 @@ pub(super) enum Writes {
     Take,
     /// The caller holds it.
     Held,
+    /// Take it only if it is free: a query must not wait for a write, which
+    /// may itself be waiting for the queries in flight to end. A slave that
+    /// needs the lock then stays down until a later probe.
+    Try,
 }
 
 impl Writes {
-    /// The write lock `writes`, taken unless the caller holds it already.
-    async fn hold(self, writes: &Mutex<()>) -> Option<MutexGuard<'_, ()>> {
+    /// The write lock `writes`, taken unless the caller holds it already;
+    /// `None` when it is busy and the caller only tries.
+    async fn hold(self, writes: &Mutex<()>) -> Option<Option<MutexGuard<'_, ()>>> {
         match self {
-            Writes::Take => Some(writes.lock().await),
-            Writes::Held => None,
+            Writes::Take => Some(Some(writes.lock().await)),
+            Writes::Held => Some(None),
+            Writes::Try => writes.try_lock().ok().map(Some),
         }
     }
 }
@@ -114,7 +120,9 @@ impl Master {
             // Updates it missed first: merging its catalog before would
             // bring back the vectors it has not deleted yet.
             if !self.journal.borrow().waiting_for(index).is_empty() {
-                let _writing = writes.hold(&self.writes).await;
+                let Some(_writing) = writes.hold(&self.writes).await else {
+                    return;
+                };
                 if let Err(reason) = self.catch_up(index).await {
                     return self.mark_down(index, &format!("catching up on updates: {reason}"));
                 }
@@ -123,8 +131,10 @@ impl Master {
                 Ok(held) => held,
                 Err(reason) => return self.mark_down(index, &reason),
             };
-            if let Err(reason) = self.drop_surplus(index, &held, writes).await {
-                return self.mark_down(index, &reason);
+            match self.drop_surplus(index, &held, writes).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(reason) => return self.mark_down(index, &reason),
             }
             self.note_lacking(index, &held);
         }
@@ -275,19 +285,27 @@ impl Master {
     /// took it out of the cluster). Never read, such a copy could still
     /// turn wrong: once the slave owns that vid again, an import of it
     /// would be ORed into the old bits. What it gains of existing vectors
-    /// the move copies over.
-    async fn drop_surplus(&self, index: usize, held: &[u64], writes: Writes) -> Result<(), String> {
+    /// the move copies over. Returns whether it is done (not when the
+    /// caller only tries the write lock and it is busy).
+    async fn drop_surplus(
+        &self,
+        index: usize,
+        held: &[u64],
+        writes: Writes,
+    ) -> Result<bool, String> {
         let needed = |layout: &super::layout::Layout, vid: u64| {
             layout.read_owners(vid).contains(&index)
                 || (layout.write_owners(vid).contains(&index)
                     && self.catalog.borrow().contains(vid))
         };
         if held.iter().all(|&vid| needed(&self.layout(), vid)) {
-            return Ok(());
+            return Ok(true);
         }
         // Moves, imports and updates change both under the write lock:
         // what is surplus stays surplus while the deletes are sent.
-        let _writing = writes.hold(&self.writes).await;
+        let Some(_writing) = writes.hold(&self.writes).await else {
+            return Ok(false);
+        };
         let layout = self.layout();
         let surplus: Vec<u64> = held
             .iter()
@@ -308,7 +326,7 @@ impl Master {
             self.slave_name(index),
             surplus.len()
         );
-        Ok(())
+        Ok(true)
     }
 
     /// Probes every slave, then writes what the master knows of each.

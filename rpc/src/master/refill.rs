@@ -88,15 +88,40 @@ impl Master {
             .map_err(|e| format!("the master could not record which owners missed a write: {e}"))
     }
 
-    /// Whether slave `index` may serve vector `vid`: it is up and holds it.
+    /// Whether slave `index` may serve vector `vid` to a query now.
     pub(super) fn serves(&self, index: usize, vid: u64) -> bool {
         self.serving()(index, VidRun::one(vid))
     }
 
-    /// Whether slave `index` may serve every vector of a run, for many
-    /// questions in a row (a plan asks one per run of vids): the slaves'
-    /// states are borrowed once, not per question.
+    /// Whether slave `index` may serve every vector of a run to a query
+    /// now, for many questions in a row (a plan asks one per run of vids):
+    /// it holds them ([`Master::holding`]) and, for the vectors of the write
+    /// being applied, it is their primary owner. Owners apply a write one
+    /// after another, so two queries reading one vector from two owners
+    /// meanwhile could see it written, then not; read from one owner, a
+    /// vector only ever goes from before the write to after it.
     pub(super) fn serving(&self) -> impl Fn(usize, VidRun) -> bool + '_ {
+        let holding = self.holding();
+        let writing = self.writing.borrow();
+        let layout = self.layout();
+        move |index, run| {
+            holding(index, run)
+                && writing
+                    .range(run.vids())
+                    .all(|&vid| layout.read_owners(vid).first() == Some(&index))
+        }
+    }
+
+    /// Whether slave `index` holds vector `vid` as it should be (a source
+    /// to copy it from).
+    pub(super) fn holds(&self, index: usize, vid: u64) -> bool {
+        self.holding()(index, VidRun::one(vid))
+    }
+
+    /// Whether slave `index` holds every vector of a run as it should be:
+    /// it is up and lacks none of them. The slaves' states are borrowed
+    /// once, not per question.
+    pub(super) fn holding(&self) -> impl Fn(usize, VidRun) -> bool + '_ {
         let slaves = self.slaves.borrow();
         let lacking = self.lacking.borrow();
         move |index, run| slaves[index].up && lacking[index].range(run.vids()).next().is_none()
@@ -126,7 +151,7 @@ impl Master {
                 layout
                     .read_owners(vid)
                     .into_iter()
-                    .any(|o| self.serves(o, vid))
+                    .any(|o| self.holds(o, vid))
             })
             .take(REFILL_BATCH)
             .collect();

@@ -110,10 +110,16 @@ impl Master {
             .borrow_mut()
             .record(id, changes, owners.clone());
         let write = recorded.map_err(Failure::internal)?;
+        // From now until the write is done, queries read its vectors from
+        // their primary owners only; those planned before may read any
+        // owner, so no owner applies it before they have ended.
+        *self.writing.borrow_mut() = vids.clone();
+        let _pinned = Pinned(&self.writing);
+        let drained = self.in_flight.drain();
         // An import's owners write its vectors (staged, not applied) while
         // the master writes its journal: they apply them only once it is
         // durable.
-        let (persisted, staged) = if kind == Kind::Import {
+        let (persisted, staged, ()) = if kind == Kind::Import {
             let stages = owners.iter().map(|&owner| async move {
                 let staged = match self.share(owner, id) {
                     Ok(Some(share)) => self
@@ -125,9 +131,10 @@ impl Master {
                 };
                 (owner, staged)
             });
-            futures::join!(write.persist(), futures::future::join_all(stages))
+            futures::join!(write.persist(), futures::future::join_all(stages), drained)
         } else {
-            (write.persist().await, Vec::new())
+            let (persisted, ()) = futures::join!(write.persist(), drained);
+            (persisted, Vec::new(), ())
         };
         let mut staged: std::collections::BTreeMap<usize, Result<Share, String>> =
             staged.into_iter().collect();
@@ -423,6 +430,16 @@ impl Master {
             .map(|range| mine[range].to_vec())
             .collect();
         Ok(Some(Share { pieces, import }))
+    }
+}
+
+/// The vids of the write being applied ([`Master::serving`]), forgotten
+/// once it is done, however it ends.
+struct Pinned<'m>(&'m std::cell::RefCell<BTreeSet<u64>>);
+
+impl Drop for Pinned<'_> {
+    fn drop(&mut self) {
+        self.0.borrow_mut().clear();
     }
 }
 
