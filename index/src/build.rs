@@ -4,7 +4,6 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::{self, File};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
@@ -406,27 +405,7 @@ fn is_exponent(cell: &[u8]) -> bool {
 /// FNV-1a: the cells hashed on every row are short, where it is several
 /// times faster than the standard hasher. Collisions cost time only, and at
 /// most `--max-values` texts are ever held.
-type Fnv = BuildHasherDefault<FnvHasher>;
-
-struct FnvHasher(u64);
-
-impl Default for FnvHasher {
-    fn default() -> Self {
-        FnvHasher(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for FnvHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+type Fnv = fnv::FnvBuildHasher;
 
 /// A number ordered totally, for the set of a column's distinct values.
 #[derive(Debug, Clone, Copy, PartialEq)]
