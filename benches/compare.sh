@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The side-by-side comparison of benches/README.md, in one run: bitfold,
-# Redis, roaring-rs and the memory roof on the same vectors and queries
-# (default workload: 4 slaves, 2000 vectors of 2^20 bits, 3 terms x 64 vids,
-# 50% and 1% density, concurrency 2), the chart of queries/s against vids
-# per term, then the words-form throughput of a 2^26-bit answer.
+# The side-by-side comparison (benches/README.md, "Where bitfold stands"),
+# in one run: bitfold, Redis, roaring-rs and the memory roof on the same
+# vectors and queries (default workload: 4 slaves, 2000 vectors of 2^20
+# bits, 3 terms x 64 vids, 50% and 1% density, concurrency 2), the chart
+# of queries/s against vids per term, then the words-form throughput of a
+# 2^26-bit answer.
 #
 #   benches/compare.sh [compare flags...]     e.g. --rounds 5, --densities 0.5
 #

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `bitfold index` on a 10M-row, 6-column CSV (benches/README.md, "Indexing
-# a table"): the table is `bitfold sample --rows 10000000 --seed 7` (age,
-# region, last_purchase, income, signup_year, basket; about 340 MB), written
-# to a temporary directory, indexed twice (the second run is reported, with
+# `bitfold index` on a 10M-row, 6-column CSV
+# (benches/runs/2026-12-01-csv-index.md): the table is
+# `bitfold sample --rows 10000000 --seed 7` (age, region, last_purchase,
+# income, signup_year, basket; about 340 MB), written to a temporary
+# directory, indexed twice (the second run is reported, with
 # the file in the page cache), then removed.
 #
 #   benches/csv.sh [ROWS] [index flags...]     e.g. benches/csv.sh 1000000 --binning quantile

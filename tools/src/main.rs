@@ -52,7 +52,7 @@ fn main() -> ExitCode {
 /// local clusters in one process, and the second one started paid for it:
 /// with both clusters plain, the second measured 3.2% slower on the mean of
 /// eight runs (all eight slower); with this setting, 0.3% faster on the
-/// mean of six (benches/README.md, "Wave 21").
+/// mean of six (benches/runs/2026-12-05-glibc-arenas.md).
 ///
 /// This is process-wide allocator tuning, so it belongs to the binary: a DBMS
 /// that links `bitfold-rpc` keeps its own settings.

@@ -38,7 +38,8 @@ use crate::vector::{CONTAINER_WORDS, VectorBuf, VectorPart};
 /// Versions 2 and 3 had no 4-vid level: their segments' levels are read as
 /// one higher.
 ///
-/// Why these widths is measured in benches/README.md ("Range aggregates"):
+/// Why these widths is measured in
+/// benches/runs/2026-11-30-range-aggregates.md:
 /// the lowest level costs the most space (up to one dense vector per block)
 /// and bounds the single vectors an unaligned run needs (up to 2 × 3); the
 /// highest bounds how many aggregates a wide run needs.
@@ -92,8 +93,9 @@ const HELD_MAX: u64 = 4 << 20;
 ///
 /// Imports write their segment's aggregates too, so that a store that is
 /// never merged still has them: reading the batch once more from memory
-/// costs little next to writing and syncing it (benches/README.md, "Range
-/// aggregates", measures imports with and without).
+/// costs little next to writing and syncing it
+/// (benches/runs/2026-11-30-range-aggregates.md measures imports with and
+/// without).
 pub(crate) fn write<'p, I>(
     writer: &mut SegmentWriter,
     vids: &[u64],
@@ -212,7 +214,7 @@ fn budget<'p>(level: usize, parts: impl Iterator<Item = VectorPart<'p>>) -> u64 
 /// from, near that only for contrived vectors (identical in pairs,
 /// disjoint across pairs, and so on up); for dense vectors held whole the
 /// 4-vid level takes 1/4 and the others 1/16 + 1/256 + 1/4,096
-/// (benches/README.md, "Range aggregates").
+/// (benches/runs/2026-11-30-range-aggregates.md).
 const BUDGET_DIVISORS: [u64; AGGREGATE_LEVELS.len()] = [2, 4, 16, 64];
 
 /// Bytes of a planned union part, as [`VectorPart::byte_len`] counts them.

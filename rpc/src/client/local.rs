@@ -23,7 +23,8 @@ use crate::tls::Tls;
 /// waits for it there: two thread wake-ups per call. A `LocalClient` runs
 /// the connection on the caller's thread for the length of each call, so
 /// an answer wakes only the caller (at 16 vids per term, 7-23% more
-/// queries per second, measured in benches/README.md). The price: it cannot
+/// queries per second, measured in
+/// benches/runs/2026-12-02-client-on-caller-thread.md). The price: it cannot
 /// leave the thread that made it (open one per thread), its calls cannot
 /// overlap, and a call made inside an async runtime is refused
 /// ([`Error::InsideRuntime`]) rather than blocking the runtime. Between

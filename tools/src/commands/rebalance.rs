@@ -12,7 +12,7 @@ use crate::cli::RebalanceArgs;
 /// master's write lock), large enough that a new owner receives a few large
 /// segments rather than many small ones it would merge during the move
 /// (512 gave 8 to 9 segments and a merge of them all: 85 MB/s instead of
-/// 140 on loopback, benches/README.md).
+/// 140 on loopback, benches/runs/2026-12-02-slave-to-slave-copies.md).
 const STEP: u32 = 2048;
 
 /// Runs `bitfold rebalance`.
