@@ -76,11 +76,13 @@ impl Master {
             None => Ok(()),
             Some(applied) => {
                 tracing::error!(
-                    "slave {} says its store has applied write {applied}, later than write                      {write} it was just sent: it did not apply write {write}",
+                    "slave {} says its store has applied write {applied}, later than write \
+                     {write} it was just sent: it did not apply write {write}",
                     self.slave_name(owner)
                 );
                 Err(format!(
-                    "its store has applied write {applied}, later than write {write}, which it                      therefore did not apply"
+                    "its store has applied write {applied}, later than write {write}, which it \
+                     therefore did not apply"
                 ))
             }
         }
