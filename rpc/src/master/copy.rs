@@ -18,6 +18,7 @@ use super::layout::Layout;
 use super::reply::Failure;
 use super::{Master, slave_said};
 use crate::bitfold_capnp::{change_result, pull_outcome, slave};
+use crate::chain::VidRun;
 use crate::wire;
 
 /// Bytes of vectors one `pull` copies, which the owner writes as one
@@ -80,9 +81,14 @@ impl Master {
     /// Groups `vids` by the first of their owners that serves them.
     fn sources(&self, layout: &Layout, vids: &[u64]) -> Result<Vec<Source>, Failure> {
         let mut by_source: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+        let holding = self.holding();
         for &vid in vids {
             let owners = layout.read_owners(vid);
-            let Some(source) = owners.iter().copied().find(|&o| self.holds(o, vid)) else {
+            let Some(source) = owners
+                .iter()
+                .copied()
+                .find(|&o| holding(o, VidRun::one(vid)))
+            else {
                 return Err(self.unavailable(
                     format!("no live owner holds vector {vid} to copy it from"),
                     &owners,

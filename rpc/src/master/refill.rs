@@ -112,12 +112,6 @@ impl Master {
         }
     }
 
-    /// Whether slave `index` holds vector `vid` as it should be (a source
-    /// to copy it from).
-    pub(super) fn holds(&self, index: usize, vid: u64) -> bool {
-        self.holding()(index, VidRun::one(vid))
-    }
-
     /// Whether slave `index` holds every vector of a run as it should be:
     /// it is up and lacks none of them. The slaves' states are borrowed
     /// once, not per question.
@@ -143,18 +137,21 @@ impl Master {
             return 0;
         }
         let layout = self.layout();
-        // Those another owner serves; the others wait (or are lost).
-        let vids: Vec<u64> = self.lacking.borrow()[index]
-            .iter()
-            .copied()
-            .filter(|&vid| {
-                layout
-                    .read_owners(vid)
-                    .into_iter()
-                    .any(|o| self.holds(o, vid))
-            })
-            .take(REFILL_BATCH)
-            .collect();
+        // Those another owner holds; the others wait (or are lost).
+        let vids: Vec<u64> = {
+            let holding = self.holding();
+            self.lacking.borrow()[index]
+                .iter()
+                .copied()
+                .filter(|&vid| {
+                    layout
+                        .read_owners(vid)
+                        .into_iter()
+                        .any(|o| holding(o, VidRun::one(vid)))
+                })
+                .take(REFILL_BATCH)
+                .collect()
+        };
         if vids.is_empty() {
             return 0;
         }

@@ -113,8 +113,7 @@ impl Master {
         // From now until the write is done, queries read its vectors from
         // their primary owners only; those planned before may read any
         // owner, so no owner applies it before they have ended.
-        *self.writing.borrow_mut() = vids.clone();
-        let _pinned = Pinned(&self.writing);
+        let _pinned = Pinned::new(&self.writing, vids.clone());
         let drained = self.in_flight.drain();
         // An import's owners write its vectors (staged, not applied) while
         // the master writes its journal: they apply them only once it is
@@ -436,6 +435,14 @@ impl Master {
 /// The vids of the write being applied ([`Master::serving`]), forgotten
 /// once it is done, however it ends.
 struct Pinned<'m>(&'m std::cell::RefCell<BTreeSet<u64>>);
+
+impl<'m> Pinned<'m> {
+    /// Makes `vids` the write being applied, until the pin is dropped.
+    fn new(writing: &'m std::cell::RefCell<BTreeSet<u64>>, vids: BTreeSet<u64>) -> Pinned<'m> {
+        *writing.borrow_mut() = vids;
+        Pinned(writing)
+    }
+}
 
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {

@@ -25,7 +25,7 @@ pub(crate) use pull::read_copies;
 use writes::concatenate;
 #[cfg(feature = "fuzzing")]
 pub(crate) use writes::{ChangeView, change_views, import_views, read_changes, read_import};
-use writes::{fenced, import_batch, stage_batch, update_batch, write_changed};
+use writes::{fenced, import_batch, log_applied_already, stage_batch, update_batch, write_changed};
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -304,23 +304,12 @@ impl slave::Server for Slave {
             tokio::task::spawn_blocking(move || update_batch(&store, epoch, stamp, &batch))
                 .await
                 .map_err(wire::failed)??;
-        match &applied {
-            Ok(Fenced::Applied(changed)) => tracing::debug!(
-                "write {} piece {}: changed {} vectors",
-                stamp.write,
-                stamp.piece,
-                changed.len()
-            ),
-            Ok(Fenced::AlreadyApplied(at)) => tracing::debug!(
-                "write {} piece {}: applied already (the store is at write {} piece {})",
-                stamp.write,
-                stamp.piece,
-                at.write,
-                at.piece
-            ),
-            _ => {}
-        }
-        write_changed(results.get().init_result(), applied, "apply the update");
+        write_changed(
+            results.get().init_result(),
+            stamp,
+            applied,
+            "apply the update",
+        );
         self.write_state(results.get().init_state());
         Ok(())
     }
@@ -469,13 +458,7 @@ impl Slave {
                 return out.set_ok(());
             }
             Ok(Fenced::AlreadyApplied(at)) => {
-                tracing::debug!(
-                    "write {} piece {}: applied already (the store is at write {} piece {})",
-                    stamp.write,
-                    stamp.piece,
-                    at.write,
-                    at.piece
-                );
+                log_applied_already(stamp, at);
                 return out.set_ok(());
             }
             Ok(Fenced::OlderEpoch(newer)) => fenced(newer),

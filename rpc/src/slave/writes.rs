@@ -40,19 +40,40 @@ pub(super) fn fenced(newer: u64) -> String {
     )
 }
 
-/// Writes the outcome of a fenced write of vectors (`what` the slave did)
-/// into `out`: the vids changed, none for a write applied already, or why not.
+/// Logs (at debug level) that write `stamp` was not applied again: the
+/// store had applied `at` already.
+pub(super) fn log_applied_already(stamp: Stamp, at: Stamp) {
+    tracing::debug!(
+        "write {} piece {}: applied already (the store is at write {} piece {})",
+        stamp.write,
+        stamp.piece,
+        at.write,
+        at.piece
+    );
+}
+
+/// Writes the outcome of the fenced write `stamp` of vectors (`what` the
+/// slave did) into `out`: the vids changed, none for a write applied
+/// already, or why not.
 pub(crate) fn write_changed(
     mut out: change_result::Builder<'_>,
+    stamp: Stamp,
     applied: Result<Fenced<Vec<u64>>, StoreError>,
     what: &str,
 ) {
     match applied {
         Ok(Fenced::Applied(changed)) => {
+            tracing::debug!(
+                "write {} piece {}: changed {} vectors",
+                stamp.write,
+                stamp.piece,
+                changed.len()
+            );
             let bytes = out.init_changed(changed.len() as u32 * 8);
             bytes.copy_from_slice(bytemuck::cast_slice(&changed));
         }
-        Ok(Fenced::AlreadyApplied(_)) => {
+        Ok(Fenced::AlreadyApplied(at)) => {
+            log_applied_already(stamp, at);
             out.init_changed(0);
         }
         Ok(Fenced::OlderEpoch(newer)) => out.set_refused(fenced(newer)),
