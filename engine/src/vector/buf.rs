@@ -87,6 +87,36 @@ impl VectorBuf {
         }
     }
 
+    /// Copies `part` with each container sparse if it holds at most
+    /// `sparse_max` bits, dense if it holds more, and left out if empty.
+    /// [`SPARSE_MAX`] gives the form the kernels fold fastest; roaring's
+    /// 4096 ([`crate::portable::ARRAY_MAX`]) the smallest.
+    pub fn reshaped(part: VectorPart<'_>, sparse_max: usize) -> Self {
+        let mut buf = VectorBuf::new();
+        let mut positions = Vec::new();
+        for (key, container) in part.containers() {
+            let count = container.cardinality() as usize;
+            let pushed = match container {
+                _ if count == 0 => Ok(()),
+                ContainerRef::Sparse(values) if count <= sparse_max => buf.push_sparse(key, values),
+                ContainerRef::Dense(words) if count > sparse_max => buf.push_dense(key, words),
+                ContainerRef::Dense(words) => {
+                    dense_positions(words, count, &mut positions);
+                    buf.push_sparse(key, &positions)
+                }
+                ContainerRef::Sparse(values) => {
+                    let mut words = [0u64; CONTAINER_WORDS];
+                    for &low in values {
+                        words[usize::from(low) / 64] |= 1 << (low % 64);
+                    }
+                    buf.push_dense(key, &words)
+                }
+            };
+            pushed.expect("a part's containers ascend and are valid");
+        }
+        buf
+    }
+
     /// The borrowed view of this vector.
     pub fn as_part(&self) -> VectorPart<'_> {
         VectorPart::from_verified(
@@ -166,8 +196,23 @@ impl VectorBuf {
         if count > SPARSE_MAX {
             return self.push_dense(key, words);
         }
-        let positions: Vec<u16> = ContainerRef::Dense(words).positions().collect();
+        let mut positions = Vec::new();
+        dense_positions(words, count, &mut positions);
         self.push_sparse(key, &positions)
+    }
+}
+
+/// Sets `out` to the positions of the bits set in `words`, ascending;
+/// `count` is how many are.
+fn dense_positions(words: &DenseContainer, count: usize, out: &mut Vec<u16>) {
+    out.clear();
+    out.reserve(count);
+    for (w, &word) in words.iter().enumerate() {
+        let mut rest = word;
+        while rest != 0 {
+            out.push((w * 64) as u16 + rest.trailing_zeros() as u16);
+            rest &= rest - 1;
+        }
     }
 }
 
@@ -180,6 +225,7 @@ impl fmt::Debug for VectorBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use std::collections::BTreeSet;
 
     #[test]
@@ -222,5 +268,52 @@ mod tests {
             .chain((9u32 << 16)..(10u32 << 16))
             .collect();
         assert_eq!(part.bits().collect::<BTreeSet<_>>(), expected);
+    }
+
+    /// Containers of 0 to 5,000 bits, each stored sparse or dense at random.
+    fn any_form() -> impl Strategy<Value = VectorBuf> {
+        let container = (0u16..8, 0usize..5_000, any::<bool>(), any::<u64>());
+        proptest::collection::btree_map(0u16..8, container, 0..6).prop_map(|containers| {
+            let mut buf = VectorBuf::new();
+            for (key, (_, count, dense, seed)) in containers {
+                let mut words = [0u64; CONTAINER_WORDS];
+                let mut x = seed | 1;
+                for _ in 0..count {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    words[(x % 1024) as usize] |= 1 << (x >> 58);
+                }
+                let positions: Vec<u16> = ContainerRef::Dense(&words).positions().collect();
+                if dense {
+                    buf.push_dense(key, &words).unwrap();
+                } else if !positions.is_empty() {
+                    buf.push_sparse(key, &positions).unwrap();
+                }
+            }
+            buf
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn reshaping_keeps_the_bits_and_picks_forms_by_count(
+            buf in any_form(),
+            sparse_max in prop_oneof![Just(SPARSE_MAX), Just(crate::portable::ARRAY_MAX), 0usize..300],
+        ) {
+            let reshaped = VectorBuf::reshaped(buf.as_part(), sparse_max);
+            let part = reshaped.as_part();
+            prop_assert!(part.bits().eq(buf.as_part().bits()));
+            for (_, container) in part.containers() {
+                let count = container.cardinality() as usize;
+                prop_assert!(count > 0);
+                prop_assert_eq!(matches!(container, ContainerRef::Sparse(_)), count <= sparse_max);
+            }
+            let twice = VectorBuf::reshaped(
+                VectorBuf::reshaped(buf.as_part(), crate::portable::ARRAY_MAX).as_part(),
+                SPARSE_MAX,
+            );
+            prop_assert_eq!(twice, VectorBuf::reshaped(buf.as_part(), SPARSE_MAX));
+        }
     }
 }

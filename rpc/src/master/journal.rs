@@ -17,10 +17,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use bitfold_engine::portable::ARRAY_MAX;
 use bitfold_engine::store::{Directory, StoreError, read_sealed, write_sealed};
+use bitfold_engine::{SPARSE_MAX, VectorBuf};
 use capnp::message::{Builder, HeapAllocator, ReaderOptions};
 
 use crate::bitfold_capnp::{change, pending_update};
+use crate::wire;
 
 /// One recorded update, waiting for some owners.
 pub(super) struct Pending {
@@ -134,14 +137,9 @@ impl Journal {
     #[cfg(feature = "fuzzing")]
     pub(super) fn copy_to(&self, to: &Arc<dyn Directory>) -> Result<(), String> {
         for (&id, pending) in &self.pending {
-            let mut message = Builder::new_default();
-            pending
-                .message
-                .get_root_as_reader::<pending_update::Reader<'_>>()
-                .and_then(|root| message.set_root(root))
-                .map_err(|e| e.to_string())?;
             let waiting: Vec<usize> = pending.waiting.iter().copied().collect();
-            write_waiting(to, id, &mut message, &waiting)
+            write_waiting(to, id, &pending.message, &waiting)
+                .map_err(|e| e.to_string())?
                 .apply()
                 .map_err(|e| e.to_string())?;
         }
@@ -155,15 +153,12 @@ impl Journal {
     pub(super) fn record(
         &mut self,
         id: u64,
-        mut message: Builder<HeapAllocator>,
+        message: Builder<HeapAllocator>,
         owners: BTreeSet<usize>,
     ) -> capnp::Result<Write> {
         debug_assert!(id > self.last_id(), "write ids grow");
-        message
-            .get_root::<pending_update::Builder<'_>>()?
-            .set_id(id);
         let waiting: Vec<usize> = owners.iter().copied().collect();
-        let write = write_waiting(&self.dir, id, &mut message, &waiting);
+        let write = write_waiting(&self.dir, id, &message, &waiting)?;
         self.pending.insert(
             id,
             Pending {
@@ -192,13 +187,7 @@ impl Journal {
         if waiting.is_empty() {
             return Ok(Write::Delete(Arc::clone(&self.dir), name));
         }
-        let mut message = Builder::new_default();
-        message.set_root(
-            pending
-                .message
-                .get_root_as_reader::<pending_update::Reader<'_>>()?,
-        )?;
-        Ok(write_waiting(&self.dir, id, &mut message, &waiting))
+        write_waiting(&self.dir, id, &pending.message, &waiting)
     }
 
     /// Forgets that `owners` still have to apply update `id`, once that is durable.
@@ -253,23 +242,70 @@ impl Write {
     }
 }
 
-/// The write of update `id`'s file in `dir` with `message` waiting for `waiting`.
+/// The write of update `id`'s file in `dir`: the changes of `message`
+/// waiting for `waiting`, their vectors in their smallest form (a container
+/// of at most 4,096 bits as positions, as roaring keeps it), so that an
+/// import's journal costs a fraction of its dense words. [`decode`] gives
+/// them back in the form slaves store.
 fn write_waiting(
     dir: &Arc<dyn Directory>,
     id: u64,
-    message: &mut Builder<HeapAllocator>,
+    message: &Builder<HeapAllocator>,
     waiting: &[usize],
-) -> Write {
-    let mut root: pending_update::Builder<'_> = message
-        .get_root()
-        .expect("a recorded update has a PendingUpdate root");
+) -> capnp::Result<Write> {
+    let changes = message
+        .get_root_as_reader::<pending_update::Reader<'_>>()?
+        .get_changes()?;
+    let mut file = Builder::new_default();
+    let mut root: pending_update::Builder<'_> = file.init_root();
+    root.set_id(id);
     let mut list = root.reborrow().init_waiting(waiting.len() as u32);
     for (i, &owner) in waiting.iter().enumerate() {
         list.set(i as u32, owner as u32);
     }
-    let bytes = capnp::serialize::write_message_to_words(message);
-    Write::Replace(Arc::clone(dir), file_name(id), bytes)
+    reshape_changes(changes, root.init_changes(changes.len()), ARRAY_MAX)?;
+    let bytes = capnp::serialize::write_message_to_words(&file);
+    Ok(Write::Replace(Arc::clone(dir), file_name(id), bytes))
 }
+
+/// Copies `changes` into `into`, the bits of each clear, replace or set
+/// with every container sparse up to `sparse_max` bits and dense above
+/// ([`VectorBuf::reshaped`]), cut into parts a slave takes
+/// ([`wire::pieces`]).
+fn reshape_changes(
+    changes: capnp::struct_list::Reader<'_, change::Owned>,
+    mut into: capnp::struct_list::Builder<'_, change::Owned>,
+    sparse_max: usize,
+) -> capnp::Result<()> {
+    for (i, change) in changes.iter().enumerate() {
+        let mut copy = into.reborrow().get(i as u32);
+        copy.set_vid(change.get_vid());
+        let (parts, init): (_, fn(change::Builder<'_>, u32) -> PartsBuilder<'_>) =
+            match change.which()? {
+                change::Delete(()) => {
+                    copy.set_delete(());
+                    continue;
+                }
+                change::Clear(parts) => (parts?, |c, n| c.init_clear(n)),
+                change::Replace(parts) => (parts?, |c, n| c.init_replace(n)),
+                change::Set(parts) => (parts?, |c, n| c.init_set(n)),
+            };
+        let read = wire::read_parts(parts)?;
+        let reshaped: Vec<VectorBuf> = wire::stored_views(&read)?
+            .into_iter()
+            .map(|part| VectorBuf::reshaped(part, sparse_max))
+            .collect();
+        let pieces: Vec<_> = reshaped
+            .iter()
+            .flat_map(|buf| wire::pieces(&buf.as_part()))
+            .collect();
+        wire::at_most(pieces.len() as u32, wire::MAX_PARTS, "parts of a vector")?;
+        wire::write_parts(init(copy, pieces.len() as u32), &pieces);
+    }
+    Ok(())
+}
+
+type PartsBuilder<'a> = capnp::struct_list::Builder<'a, crate::bitfold_capnp::part::Owned>;
 
 fn file_name(id: u64) -> String {
     format!("update-{id:020}.pending")
@@ -282,13 +318,13 @@ fn parse_name(name: &str) -> Option<u64> {
         .flatten()
 }
 
-/// Decodes a recorded message into a builder (so that its `waiting` list
-/// can be rewritten in place), each change copied into a change of its
-/// full size. Refused: more changes than the file has words (each takes
-/// three as the master writes it; a list of empty structs takes none, and
-/// would cost the roll-forward memory in proportion to its count), or a
-/// clear or replace of more parts than a vector travels as (an update no
-/// owner could apply).
+/// Decodes a recorded message into a builder, each change's vectors in the
+/// form slaves store (a container sparse up to [`SPARSE_MAX`] bits).
+/// Refused: more changes than the file has words (each takes three as the
+/// master writes it; a list of empty structs takes none, and would cost the
+/// roll-forward memory in proportion to its count), or a clear, replace or
+/// set of more parts than a vector travels as, or a malformed one (an
+/// update no owner could apply).
 fn decode(body: &[u8]) -> capnp::Result<Builder<HeapAllocator>> {
     let mut options = ReaderOptions::new();
     options.traversal_limit_in_words(Some(crate::net::MAX_MESSAGE_WORDS));
@@ -296,19 +332,11 @@ fn decode(body: &[u8]) -> capnp::Result<Builder<HeapAllocator>> {
     let root: pending_update::Reader<'_> = reader.get_root()?;
     let changes = root.get_changes()?;
     super::start::within_file(changes.len(), body.len(), "changes")?;
-    for change in changes.iter() {
-        if let change::Clear(list) | change::Replace(list) | change::Set(list) = change.which()? {
-            crate::wire::at_most(list?.len(), crate::wire::MAX_PARTS, "parts of a vector")?;
-        }
-    }
     let mut message = Builder::new_default();
     let mut copy: pending_update::Builder<'_> = message.init_root();
     copy.set_id(root.get_id());
     copy.set_waiting(root.get_waiting()?)?;
-    let mut list = copy.init_changes(changes.len());
-    for (i, change) in changes.iter().enumerate() {
-        list.set_with_caveats(i as u32, change)?;
-    }
+    reshape_changes(changes, copy.init_changes(changes.len()), SPARSE_MAX)?;
     Ok(message)
 }
 
@@ -371,6 +399,45 @@ mod tests {
         let journal = Journal::open(dir.clone()).unwrap();
         assert_eq!(journal.pending().map(|(id, _)| id).collect::<Vec<_>>(), [2]);
         assert_eq!(journal.last_id(), 2);
+    }
+
+    #[test]
+    fn an_import_is_journaled_small_and_read_back_as_slaves_store_it() {
+        // Vector 7: a dense container of 600 bits (key 0), one of 5,000
+        // bits (key 1), and a sparse one of 3 bits (key 2), as an import
+        // sends them.
+        let mut vector = VectorBuf::new();
+        let mut words = [0u64; bitfold_engine::CONTAINER_WORDS];
+        (0..600).for_each(|b| words[b * 100 / 64] |= 1 << (b * 100 % 64));
+        vector.push_dense(0, &words).unwrap();
+        let mut words = [0u64; bitfold_engine::CONTAINER_WORDS];
+        (0..5_000).for_each(|b| words[b * 13 / 64] |= 1 << (b * 13 % 64));
+        vector.push_dense(1, &words).unwrap();
+        vector.push_sparse(2, &[1, 2, 3]).unwrap();
+        let mut message = Builder::new_default();
+        let mut change = init_changes(&mut message, 1).get(0);
+        change.set_vid(7);
+        wire::write_parts(change.init_set(1), &[vector.as_part()]);
+
+        let dir: Arc<dyn Directory> = Arc::new(MemoryDirectory::new());
+        let mut journal = Journal::open(dir.clone()).unwrap();
+        let write = journal.record(1, message, BTreeSet::from([0])).unwrap();
+        write.apply().unwrap();
+        // 600 positions instead of 1,024 words; the fuller container dense.
+        let size = dir.read(&file_name(1)).unwrap().len();
+        assert!((9_500..10_500).contains(&size), "{size} bytes");
+
+        let journal = Journal::open(dir).unwrap();
+        let changes = journal.get(1).unwrap().changes().unwrap();
+        let change::Set(parts) = changes.get(0).which().unwrap() else {
+            panic!("the import came back as another change");
+        };
+        let read = wire::read_parts(parts.unwrap()).unwrap();
+        let views = wire::stored_views(&read).unwrap();
+        assert_eq!(views.len(), 1);
+        assert_eq!(views[0].dense_keys(), &[0, 1]);
+        assert_eq!(views[0].sparse_keys(), &[2]);
+        assert!(views[0].bits().eq(vector.as_part().bits()));
     }
 
     #[test]
