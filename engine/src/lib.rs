@@ -17,11 +17,15 @@
 //! ```
 #![deny(missing_docs)]
 
+#[cfg(feature = "store")]
 pub mod fold;
+#[cfg(feature = "store")]
 pub mod import;
 pub mod kernels;
 pub mod mix;
 pub mod portable;
+mod runs;
+#[cfg(feature = "store")]
 pub mod store;
 pub mod vector;
 pub mod words;
@@ -31,4 +35,6 @@ pub use vector::{
     PushError, SPARSE_MAX, VectorBuf, VectorPart,
 };
 
-pub use store::{ImportStats, Snapshot, Store, StoreError, Update, UpdateStats, VidRun};
+pub use runs::VidRun;
+#[cfg(feature = "store")]
+pub use store::{ImportStats, Snapshot, Store, StoreError, Update, UpdateStats};

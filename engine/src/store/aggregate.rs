@@ -27,9 +27,9 @@
 use std::ops::Range;
 
 use super::StoreError;
-use super::runs::{self, VidRun};
 use super::segment::{RecordKind, Segment, SegmentWriter};
 use crate::fold::{PlannedPart, UnionPlan};
+use crate::runs::{self, VidRun};
 use crate::vector::{CONTAINER_WORDS, VectorBuf, VectorPart};
 
 /// Widths of the aggregate blocks, in vids, lowest level first; each divides

@@ -7,8 +7,8 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use super::aggregate::Cover;
-use super::runs::{self, VidRun};
 use super::segment::{RecordKind, Segment};
+use crate::runs::{self, VidRun};
 use crate::vector::VectorPart;
 
 /// A consistent, immutable view of a store: the segments live when it was

@@ -10,10 +10,10 @@ use super::{
     COVERS_OLDER, DENSE_ALIGN, ENTRY_WORDS, Entry, OLDEST_VERSION, RecordKind, SEGMENT,
     segment_name, trailer_len,
 };
+use crate::runs::VidRun;
 use crate::store::StoreError;
 use crate::store::aggregate;
 use crate::store::footer::{self, u64_at};
-use crate::store::runs::VidRun;
 use crate::store::storage::{Directory, FileBytes};
 use crate::vector::VectorPart;
 

@@ -60,12 +60,14 @@ impl VidRun {
 
 /// Whether `runs` ascend, each after the one before: what the run readers
 /// of a snapshot take.
+#[cfg(feature = "store")]
 pub(crate) fn ascending(runs: &[VidRun]) -> bool {
     runs.iter().all(|r| r.first <= r.last) && runs.windows(2).all(|w| w[0].last < w[1].first)
 }
 
 /// The vids of `runs` that are in none of `holes`, as runs; both ascending
 /// (holes may touch, not overlap).
+#[cfg(feature = "store")]
 pub(crate) fn subtract(runs: &[VidRun], holes: &[VidRun]) -> Vec<VidRun> {
     if holes.is_empty() {
         return runs.to_vec();
