@@ -2,7 +2,7 @@
 //! (each column's type and values, or its bins) and the encoding (each
 //! row's bit set in the vector of its value, container by container).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 use bitfold_engine::mix::SplitMix64;
 use bitfold_engine::{VectorBuf, portable};
 
-use crate::bins::{self, Binning};
+use crate::bins::Binning;
+use crate::cell::{cell, parse_number};
 use crate::error::IndexError;
 use crate::map::{Bin, Column, Encoding, IndexMap, MAX_MAP_VID};
+use crate::survey::{Fnv, Survey};
 
-/// Values of a numeric column sampled for quantile bins.
-const RESERVOIR: usize = 1 << 16;
 /// Seed of the sample, so an index is the same on every run.
 const SEED: u64 = 0x1ade_5eed;
 /// Rows between progress reports.
@@ -131,7 +131,7 @@ pub fn index_table<R: Read>(
         // Rare: a column of numbers with text further down. Gather its
         // texts from the start.
         for &column in &late {
-            surveys[column].texts = Some(HashSet::default());
+            surveys[column].gather_texts_again();
         }
         Table::open(open()?)?.each_row(Pass::Survey, &|_, _| {}, |line, _, record| {
             for &column in &late {
@@ -342,264 +342,6 @@ impl<R: Read> Table<R> {
     }
 }
 
-/// Cell `i` of a record, without the spaces around it.
-fn cell(record: &csv::ByteRecord, i: usize) -> &[u8] {
-    record[i].trim_ascii()
-}
-
-/// Powers of ten that are exact in an `f64`.
-const EXACT_TENS: [f64; 16] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-];
-
-/// A cell read as a number: the value and whether it is an exact integer.
-fn parse_number(cell: &[u8]) -> Option<(f64, bool)> {
-    if let Some(value) = parse_short_decimal(cell) {
-        // Adding 0.0 turns -0.0 into 0.0: one value, one vector.
-        let value = value + 0.0;
-        return Some((value, value.fract() == 0.0));
-    }
-    let value: f64 = std::str::from_utf8(cell).ok()?.parse().ok()?;
-    if !value.is_finite() || cell.iter().any(u8::is_ascii_alphabetic) && !is_exponent(cell) {
-        return None;
-    }
-    let value = value + 0.0;
-    Some((value, value.fract() == 0.0 && value.abs() < 9.0e15))
-}
-
-/// The common case, read fast: `-?digits(.digits)?` with at most 15
-/// digits. The digits as an integer are exact in an `f64`, and so is the
-/// power of ten, so their quotient is the correctly rounded value, the same
-/// as `str::parse` gives.
-fn parse_short_decimal(cell: &[u8]) -> Option<f64> {
-    let (negative, rest) = match cell.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, cell),
-    };
-    let (whole, fraction) = match rest.iter().position(|&c| c == b'.') {
-        Some(dot) => (&rest[..dot], &rest[dot + 1..]),
-        None => (rest, &rest[rest.len()..]),
-    };
-    let digits = whole.len() + fraction.len();
-    if whole.is_empty() || digits > 15 || (fraction.is_empty() && whole.len() < rest.len()) {
-        return None;
-    }
-    let mut mantissa = 0u64;
-    for &c in whole.iter().chain(fraction) {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        mantissa = mantissa * 10 + u64::from(c - b'0');
-    }
-    let value = mantissa as f64 / EXACT_TENS[fraction.len()];
-    Some(if negative { -value } else { value })
-}
-
-/// `1e5`, `2.5E-3`: the only letters a number may hold.
-fn is_exponent(cell: &[u8]) -> bool {
-    cell.iter()
-        .filter(|c| c.is_ascii_alphabetic())
-        .all(|&c| c == b'e' || c == b'E')
-}
-
-/// FNV-1a: the cells hashed on every row are short, where it is several
-/// times faster than the standard hasher. Collisions cost time only, and at
-/// most `--max-values` texts are ever held.
-type Fnv = fnv::FnvBuildHasher;
-
-/// A number ordered totally, for the set of a column's distinct values.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Ordered(f64);
-
-impl Eq for Ordered {}
-
-impl PartialOrd for Ordered {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Ordered {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
-
-/// What the first pass learns of one column.
-struct Survey {
-    forced_numeric: bool,
-    forced_categorical: bool,
-    /// The first cell that is not a number: the column is categorical.
-    first_text: Option<(u64, String)>,
-    integer: bool,
-    min: f64,
-    max: f64,
-    count: u64,
-    /// Distinct numbers, until there are more than `--bins`.
-    numbers: Option<BTreeSet<Ordered>>,
-    /// Distinct texts, until there are more than `--max-values`.
-    texts: Option<HashSet<Box<[u8]>, Fnv>>,
-    /// Where the texts passed `--max-values`.
-    overflow: Option<(u64, String)>,
-    /// The column turned out categorical after some numbers, whose texts
-    /// (kept only for categorical columns) need another look.
-    late: bool,
-    /// A uniform sample of the numbers (quantile bins only).
-    sample: Vec<f64>,
-}
-
-impl Survey {
-    fn new(name: &String, options: &Options) -> Survey {
-        Survey {
-            forced_numeric: options.numeric.contains(name),
-            forced_categorical: options.categorical.contains(name),
-            first_text: None,
-            integer: true,
-            min: f64::INFINITY,
-            max: f64::NEG_INFINITY,
-            count: 0,
-            numbers: Some(BTreeSet::new()),
-            texts: Some(HashSet::default()),
-            overflow: None,
-            late: false,
-            sample: Vec::new(),
-        }
-    }
-
-    fn is_text(&self) -> bool {
-        self.forced_categorical || self.first_text.is_some()
-    }
-
-    fn see(
-        &mut self,
-        cell: &[u8],
-        line: u64,
-        name: &str,
-        options: &Options,
-        rng: &mut SplitMix64,
-    ) -> Result<(), IndexError> {
-        if cell.is_empty() {
-            return Ok(());
-        }
-        self.count += 1;
-        if !self.is_text() {
-            match parse_number(cell) {
-                Some((value, integer)) => {
-                    self.see_number(value, integer, options, rng);
-                    return Ok(());
-                }
-                None if self.forced_numeric => {
-                    return Err(IndexError::NotANumber {
-                        line,
-                        column: name.to_string(),
-                        cell: String::from_utf8_lossy(cell).into_owned(),
-                    });
-                }
-                None => {
-                    self.first_text = Some((line, String::from_utf8_lossy(cell).into_owned()));
-                    // Numbers came first: their texts were not kept.
-                    self.late = self.count > 1;
-                    self.numbers = None;
-                    self.sample = Vec::new();
-                }
-            }
-        }
-        self.see_text(cell, line, name, options)
-    }
-
-    /// Keeps `cell` among the distinct texts, up to `--max-values`.
-    fn see_text(
-        &mut self,
-        cell: &[u8],
-        line: u64,
-        name: &str,
-        options: &Options,
-    ) -> Result<(), IndexError> {
-        if let Some(texts) = &mut self.texts
-            && !texts.contains(cell)
-        {
-            if std::str::from_utf8(cell).is_err() {
-                return Err(IndexError::NotUtf8 {
-                    line,
-                    column: name.to_string(),
-                });
-            }
-            if texts.len() == options.max_values {
-                self.overflow = Some((line, String::from_utf8_lossy(cell).into_owned()));
-                self.texts = None;
-            } else {
-                texts.insert(cell.into());
-            }
-        }
-        Ok(())
-    }
-
-    fn see_number(&mut self, value: f64, integer: bool, options: &Options, rng: &mut SplitMix64) {
-        self.integer &= integer;
-        self.min = self.min.min(value);
-        self.max = self.max.max(value);
-        if let Some(numbers) = &mut self.numbers {
-            numbers.insert(Ordered(value));
-            if numbers.len() > options.bins {
-                self.numbers = None;
-            }
-        }
-        if options.binning == Binning::Quantile {
-            if self.sample.len() < RESERVOIR {
-                self.sample.push(value);
-            } else {
-                let pick = rng.below(self.count) as usize;
-                if pick < RESERVOIR {
-                    self.sample[pick] = value;
-                }
-            }
-        }
-    }
-
-    fn encoding(self, name: &str, options: &Options) -> Result<Encoding, IndexError> {
-        if self.is_text() {
-            let Some(texts) = self.texts else {
-                let (line, cell) = self.overflow.expect("texts stop only on overflow");
-                return Err(IndexError::TooManyValues {
-                    column: name.to_string(),
-                    limit: options.max_values,
-                    line,
-                    cell,
-                    first_text: self.first_text,
-                });
-            };
-            let mut values: Vec<String> = texts
-                .into_iter()
-                .map(|t| String::from_utf8(t.into_vec()).expect("checked when seen"))
-                .collect();
-            values.sort_unstable();
-            return Ok(Encoding::Categorical(values));
-        }
-        if self.count == 0 && !self.forced_numeric {
-            return Ok(Encoding::Categorical(Vec::new()));
-        }
-        let integer = self.integer;
-        Ok(match self.numbers {
-            Some(numbers) => Encoding::Numeric {
-                integer,
-                values: numbers.into_iter().map(|n| n.0).collect(),
-            },
-            None => {
-                let bins = match options.binning {
-                    Binning::EqualWidth => {
-                        bins::equal_width(self.min, self.max, integer, options.bins)
-                    }
-                    Binning::Quantile => {
-                        let mut sample = self.sample;
-                        bins::quantile(&mut sample, self.min, self.max, integer, options.bins)
-                    }
-                };
-                Encoding::Bins { integer, bins }
-            }
-        })
-    }
-}
-
 /// How the second pass finds the vector of a cell (its index in the column).
 enum Encoder {
     Texts(HashMap<Box<[u8]>, u32, Fnv>),
@@ -747,25 +489,6 @@ mod tests {
             .find(|(v, _)| *v == vid)
             .map(|(_, v)| v.as_part().bits().collect())
             .unwrap_or_default()
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn numbers_read_fast_are_the_numbers_str_parse_reads(
-            text in "-?[0-9]{1,12}(\\.[0-9]{0,8})?|-?\\.[0-9]{1,4}|[0-9]{1,3}[eE]-?[0-9]"
-        ) {
-            let expected: f64 = text.parse().unwrap();
-            let (value, integer) = parse_number(text.as_bytes()).unwrap();
-            proptest::prop_assert_eq!(value.to_bits(), (expected + 0.0).to_bits());
-            proptest::prop_assert_eq!(integer, expected.fract() == 0.0);
-        }
-    }
-
-    #[test]
-    fn cells_that_are_not_finite_numbers_are_text() {
-        for text in ["inf", "NaN", "-", ".", "1.2.3", "12a", "0x10", "1e999", ""] {
-            assert_eq!(parse_number(text.as_bytes()), None, "{text}");
-        }
     }
 
     #[test]

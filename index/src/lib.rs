@@ -24,9 +24,11 @@
 
 mod bins;
 mod build;
+mod cell;
 mod error;
 pub mod map;
 pub mod predicate;
+mod survey;
 mod translate;
 
 pub use bins::Binning;
