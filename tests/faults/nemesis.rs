@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bitfold_rpc::client::Client;
 
@@ -118,7 +118,11 @@ pub fn run(
                 let wiped = std::fs::remove_dir_all(cluster.slave_dir(slave));
                 thread::sleep(hold);
                 match wiped {
-                    Ok(()) => outcome(restart_slave(cluster, slave)),
+                    Ok(()) => {
+                        let restarted = outcome(restart_slave(cluster, slave));
+                        wait_refilled(&client, stop);
+                        restarted
+                    }
                     Err(e) => Outcome::Failed(format!("the data directory was not removed: {e}")),
                 }
             }
@@ -148,11 +152,34 @@ pub fn run(
             _ => {
                 cluster.replace_slave(slave);
                 cluster.write_cluster_file(cluster.slave_addrs.len(), super::REPLICAS);
-                outcome(rebalance(&client))
+                let rebalanced = outcome(rebalance(&client));
+                wait_refilled(&client, stop);
+                rebalanced
             }
         });
     }
     counts
+}
+
+/// Waits (at most 20 s) after a slave lost its disk (wiped, or a new
+/// machine in its place) until the master says no vector lacks a copy, so
+/// that the next fault never takes a vector's last copy: the faults come
+/// one at a time, and a lost disk is undone only once it is refilled. With
+/// `replicas = 2`, both owners' disks lost before the first is refilled
+/// lose what only they held; the master then answers `unavailable` for
+/// those vectors (docs/protocol.md §9), and this test could not tell that
+/// from a lost write. A refill slower than that is found at healing.
+fn wait_refilled(client: &Client, stop: &AtomicBool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline && !stop.load(Ordering::Acquire) {
+        if client
+            .placement()
+            .is_ok_and(|p| p.under_replicated == 0 && p.lost == 0)
+        {
+            return;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Waits (at most 3 s) until the master reports slave `i` up.
