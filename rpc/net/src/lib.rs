@@ -10,7 +10,7 @@
 //!
 //! With a [`Tls`] configuration, every connection, accepted or made, is
 //! wrapped in mutual TLS before Cap'n Proto sees it (docs/protocol.md §11),
-//! driven by [`sealed`] over rustls's unbuffered API; without one it is
+//! driven by `sealed` over rustls's unbuffered API; without one it is
 //! plain TCP, split without a lock.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -77,7 +77,7 @@ pub fn block_on_local<F: Future>(main: F) -> std::io::Result<F::Output> {
 
 /// Binds `listen` (`HOST:PORT`, port 0 for any free one). A listener on a
 /// loopback address hands its connections an unpaced congestion control
-/// ([`unpaced_on_loopback`]).
+/// (`unpaced_on_loopback`).
 pub async fn bind(listen: &str) -> std::io::Result<TcpListener> {
     let listener = TcpListener::bind(listen).await?;
     if let Ok(local) = listener.local_addr() {

@@ -18,7 +18,7 @@ pub struct Node {
 }
 
 /// The most vids one node names: its `more` is a `UInt32`.
-const NODE_MAX_VIDS: u64 = u32::MAX as u64 + 1;
+pub const NODE_MAX_VIDS: u64 = u32::MAX as u64 + 1;
 
 impl Node {
     /// Reads a node, refusing a run that passes `u64::MAX`.
