@@ -1,11 +1,11 @@
 #!/bin/sh
-# Regenerates rpc/src/bitfold_capnp.rs from schema/bitfold.capnp.
+# Regenerates rpc/proto/src/bitfold_capnp.rs from schema/bitfold.capnp.
 #
 # Needs the Cap'n Proto compiler (Debian: `apt-get install capnproto`) and
 # installs the Rust plugin `capnpc-rust` from the `capnpc` crate, at the
 # version in Cargo.lock, under target/capnpc. The generated file is
 # committed, so a fresh clone builds with cargo alone; the test
-# `cargo test -p bitfold-rpc --test schema` fails when it is stale.
+# `cargo test -p bitfold-proto --test schema` fails when it is stale.
 set -eu
 cd "$(dirname "$0")/.."
 command -v capnp >/dev/null || {
@@ -18,5 +18,5 @@ if [ "$(cat "$root/version" 2>/dev/null)" != "$version" ]; then
     cargo install --quiet --locked --root "$root" "capnpc@$version"
     echo "$version" >"$root/version"
 fi
-capnp compile --src-prefix=schema -o "$root/bin/capnpc-rust:rpc/src" schema/bitfold.capnp
-echo "regenerated rpc/src/bitfold_capnp.rs with capnpc $version"
+capnp compile --src-prefix=schema -o "$root/bin/capnpc-rust:rpc/proto/src" schema/bitfold.capnp
+echo "regenerated rpc/proto/src/bitfold_capnp.rs with capnpc $version"

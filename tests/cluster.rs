@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use bitfold_rpc::client::{Error, ErrorKind, Format};
+use bitfold_client::{Error, ErrorKind, Format};
 
 use crate::util::{Cluster, Oracle, Rng, assert_answer, stderr, stdout};
 

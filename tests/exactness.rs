@@ -25,9 +25,9 @@ use std::fmt;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use bitfold_client::{Answer, Client, Error, ErrorKind, Format, PlacementReport};
 use bitfold_engine::VectorBuf;
-use bitfold_rpc::client::{Answer, Client, Error, ErrorKind, Format, PlacementReport};
-use bitfold_rpc::placement::{self, READ_BLOCK};
+use bitfold_server::placement::{self, READ_BLOCK};
 
 use crate::util::{Cluster, Oracle, QUICK_MASTER, stderr, stdout, wait_until_all_up};
 

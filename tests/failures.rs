@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bitfold_rpc::client::{Answer, Client, Error, ErrorKind, Format};
-use bitfold_rpc::placement;
+use bitfold_client::{Answer, Client, Error, ErrorKind, Format};
+use bitfold_server::placement;
 
 use crate::util::{Cluster, Oracle, Rng, stderr};
 

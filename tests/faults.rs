@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bitfold_rpc::client::Client;
-use bitfold_rpc::placement::Placement;
+use bitfold_client::Client;
+use bitfold_server::placement::Placement;
 
 use crate::util::Cluster;
 use history::{Action, Op, Outcome, Recorder, Seen};

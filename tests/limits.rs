@@ -8,11 +8,11 @@
 use std::future::Future;
 use std::io::Write;
 
-use bitfold_rpc::bitfold_capnp::{
+use bitfold_client::Client;
+use bitfold_proto::bitfold_capnp::{
     ErrorKind, PlanKind, error, gather_result, machine_vec_node, master, outcome, slave,
     update_outcome, vid_vector,
 };
-use bitfold_rpc::client::Client;
 use capnp::capability::FromClientHook;
 use capnp::message::ReaderOptions;
 
@@ -613,8 +613,8 @@ fn evens_in(keys: impl IntoIterator<Item = u16>) -> bitfold_engine::VectorBuf {
 /// The count `client` answers for `query`.
 #[track_caller]
 fn count_of(client: &Client, query: &str) -> u64 {
-    match client.query(query, bitfold_rpc::client::Format::Count) {
-        Ok(bitfold_rpc::client::Answer::Count(n)) => n,
+    match client.query(query, bitfold_client::Format::Count) {
+        Ok(bitfold_client::Answer::Count(n)) => n,
         other => panic!("{query}: {other:?}"),
     }
 }
@@ -642,8 +642,8 @@ fn a_gather_reply_over_the_bound_arrives_in_pieces_exactly() {
     // Three terms `v-(v+1)`: `v` on slave 0, `v + 1` on slave 1.
     let starts: Vec<u64> = (0..)
         .filter(|&v| {
-            bitfold_rpc::placement::primary(v, 2) == 0
-                && bitfold_rpc::placement::primary(v + 1, 2) == 1
+            bitfold_server::placement::primary(v, 2) == 0
+                && bitfold_server::placement::primary(v + 1, 2) == 1
         })
         .scan(None, |last: &mut Option<u64>, v| {
             let next = last.is_none_or(|l| v > l + 1).then_some(v);

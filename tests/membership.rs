@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::process::Output;
 use std::time::Duration;
 
-use bitfold_rpc::client::{Answer, Client, Error, ErrorKind, Format};
+use bitfold_client::{Answer, Client, Error, ErrorKind, Format};
 
 use crate::util::{Cluster, Oracle, assert_answer, stderr, wait_until_all_up};
 
@@ -91,7 +91,7 @@ fn with_one_replica_a_wiped_slave_s_vectors_are_unavailable_never_empty() {
     for _ in 0..3 {
         for vid in 0..48u64 {
             match client.query(&format!("P:{vid}"), Format::Roaring) {
-                Ok(bitfold_rpc::client::Answer::Roaring(bytes)) => {
+                Ok(bitfold_client::Answer::Roaring(bytes)) => {
                     let got: BTreeSet<u32> = roaring::RoaringBitmap::deserialize_from(&bytes[..])
                         .unwrap()
                         .iter()
@@ -127,7 +127,7 @@ fn with_one_replica_a_wiped_slave_s_vectors_are_unavailable_never_empty() {
 
 /// Vectors each slave should hold under `slaves` slaves with `replicas` copies.
 fn owned(oracle: &Oracle, slaves: usize, replicas: usize) -> Vec<u64> {
-    let placement = bitfold_rpc::placement::Placement {
+    let placement = bitfold_server::placement::Placement {
         slaves,
         replicas,
         group: 1,
@@ -423,7 +423,7 @@ fn lowering_replicas_removes_more_surplus_copies_than_one_update_carries() {
     let run = rebalance_to(&cluster, 2, 1);
     let out = crate::util::stdout(&run);
     assert!(out.contains("removed 600000 surplus copies"), "{out}");
-    let placement = bitfold_rpc::placement::Placement {
+    let placement = bitfold_server::placement::Placement {
         slaves: 2,
         replicas: 1,
         group: 1,
@@ -450,7 +450,7 @@ fn a_copy_left_on_a_slave_that_no_longer_owns_it_does_not_bring_back_a_deleted_v
     let client = cluster.client();
     let gone = (0..48u64)
         .find(|&vid| {
-            let old = bitfold_rpc::placement::Placement {
+            let old = bitfold_server::placement::Placement {
                 slaves: 3,
                 replicas: 2,
                 group: 1,
@@ -490,7 +490,7 @@ fn a_copy_left_on_a_slave_that_no_longer_owns_it_does_not_bring_back_a_deleted_v
 /// The first vid of `oracle` that s3 owns in a cluster of 4 slaves with
 /// 2 copies.
 fn owned_by_s3(oracle: &Oracle) -> u64 {
-    let placement = bitfold_rpc::placement::Placement {
+    let placement = bitfold_server::placement::Placement {
         slaves: 4,
         replicas: 2,
         group: 1,

@@ -9,9 +9,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 
+use bitfold_client::{Answer, Client, ErrorKind, Format};
 use bitfold_engine::VectorBuf;
-use bitfold_rpc::client::{Answer, Client, ErrorKind, Format};
-use bitfold_rpc::cluster::ClusterConfig;
+use bitfold_server::cluster::ClusterConfig;
 
 use crate::util::{Server, free_port_block};
 

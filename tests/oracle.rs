@@ -1,5 +1,5 @@
 //! The expected answers, computed with plain `BTreeSet`s: the one oracle of
-//! the process-level tests (`tests/`) and of bitfold-rpc's cluster tests
+//! the process-level tests (`tests/`) and of bitfold-server's cluster tests
 //! (which include this file by path), so both check against the same
 //! reading of docs/protocol.md §2.
 

@@ -6,9 +6,9 @@
 use std::fs;
 use std::path::Path;
 
-use bitfold_rpc::client::{Client, Format, LocalClient};
-use bitfold_rpc::cluster::ClusterFile;
-use bitfold_rpc::tls::{self, Files, Tls};
+use bitfold_client::{Client, Format, LocalClient};
+use bitfold_net::tls::{self, Files, Tls};
+use bitfold_server::cluster::ClusterFile;
 
 use crate::util::{
     Oracle, Rng, Server, assert_answer, assert_fails_with, bitfold, free_port_block, stderr, stdout,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 
-use bitfold_rpc::client::{Answer, Client, Error, ErrorKind, Format};
+use bitfold_client::{Answer, Client, Error, ErrorKind, Format};
 
 use crate::util::{Cluster, Oracle, assert_answer, stderr, stdout, wait_until_all_up};
 

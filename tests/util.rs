@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bitfold_rpc::client::{Answer, Client, Format};
+use bitfold_client::{Answer, Client, Format};
 
 pub use crate::oracle::Oracle;
 
@@ -43,7 +43,7 @@ pub async fn connect_capnp<C: capnp::capability::FromClientHook>(addr: &str) -> 
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
     let (reader, writer) = stream.into_split();
     let mut options = capnp::message::ReaderOptions::new();
-    options.traversal_limit_in_words(Some(bitfold_rpc::MAX_MESSAGE_WORDS));
+    options.traversal_limit_in_words(Some(bitfold_proto::MAX_MESSAGE_WORDS));
     let network = capnp_rpc::twoparty::VatNetwork::new(
         reader.compat(),
         writer.compat_write(),
@@ -479,10 +479,10 @@ pub fn assert_answer(client: &Client, query: &str, expected: &BTreeSet<u32>) {
         Ok(Answer::Words(bytes)) if fits_words => {
             assert_eq!(&words_to_bits(&bytes), expected, "words answer of {query}");
         }
-        Err(bitfold_rpc::client::Error::Query { kind, .. }) if !fits_words => {
+        Err(bitfold_client::Error::Query { kind, .. }) if !fits_words => {
             assert_eq!(
                 kind,
-                bitfold_rpc::client::ErrorKind::TooLarge,
+                bitfold_client::ErrorKind::TooLarge,
                 "{query} as words"
             );
         }

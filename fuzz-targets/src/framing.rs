@@ -1,8 +1,8 @@
-use bitfold_rpc::fuzzing;
+use bitfold_server::fuzzing;
 use capnp::message::ReaderSegments;
 
 /// A connection's reading of its stream into messages
-/// (`rpc/src/net/framing.rs`), against Cap'n Proto's own stream reader with
+/// (`rpc/net/src/framing.rs`), against Cap'n Proto's own stream reader with
 /// the same limits: message after message, both read the same segments,
 /// and both stop at the same message, at a clean end or refusing it (the
 /// refusals' words differ). Where the stream stops inside a message whose
@@ -12,7 +12,7 @@ use capnp::message::ReaderSegments;
 pub fn framing(data: &[u8]) {
     let (messages, stopped) = fuzzing::read_stream(data);
     let mut options = capnp::message::ReaderOptions::new();
-    options.traversal_limit_in_words(Some(bitfold_rpc::MAX_MESSAGE_WORDS));
+    options.traversal_limit_in_words(Some(bitfold_proto::MAX_MESSAGE_WORDS));
     let mut stream = data;
     for (i, segments) in messages.iter().enumerate() {
         let theirs = capnp::serialize::try_read_message(&mut stream, options)
@@ -66,6 +66,6 @@ fn cut_short(stream: &[u8]) -> bool {
         return false;
     };
     stream.len() >= table
-        && words <= bitfold_rpc::MAX_MESSAGE_WORDS as u64
+        && words <= bitfold_proto::MAX_MESSAGE_WORDS as u64
         && ((stream.len() - table) as u64) < words * 8
 }

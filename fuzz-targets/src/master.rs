@@ -1,6 +1,6 @@
 use bitfold_engine::store::Directory;
 use bitfold_engine::store::VID_LOG_NAME;
-use bitfold_rpc::fuzzing::master_restart;
+use bitfold_server::fuzzing::master_restart;
 
 use crate::files::directory;
 
@@ -76,7 +76,7 @@ mod tests {
     use std::sync::Arc;
 
     use bitfold_engine::store::{MemoryDirectory, VidLog, write_sealed};
-    use bitfold_rpc::bitfold_capnp::{ledger, missed_writes, pending_update};
+    use bitfold_proto::bitfold_capnp::{ledger, missed_writes, pending_update};
     use capnp::message::Builder;
 
     use super::*;

@@ -1,4 +1,4 @@
-use bitfold_rpc::query::{Limits, Query, parse};
+use bitfold_proto::query::{Limits, Query, parse};
 
 /// The query parser: a parsed message prints as a message that parses to
 /// the same query; an error's offset lies inside the message.

@@ -2,8 +2,8 @@
 //! (hop reports, a coordinator's failed machines, a `fetchMany` reply's
 //! copies), as their readers take them.
 
-use bitfold_rpc::bitfold_capnp::{coordinate_result, fetched_copies, hop, part};
-use bitfold_rpc::fuzzing;
+use bitfold_proto::bitfold_capnp::{coordinate_result, fetched_copies, hop, part};
+use bitfold_server::fuzzing;
 use capnp::struct_list;
 
 use crate::update::key_disjoint;
@@ -207,7 +207,7 @@ fn has_partial_keys(parts: struct_list::Reader<'_, part::Owned>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bitfold_rpc::bitfold_capnp::HopKind;
+    use bitfold_proto::bitfold_capnp::HopKind;
     use capnp::message::{Builder, HeapAllocator};
 
     /// An input: the mode byte, then the message.

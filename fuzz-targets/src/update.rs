@@ -1,5 +1,5 @@
-use bitfold_rpc::bitfold_capnp::{change, vid_vector};
-use bitfold_rpc::fuzzing::{self, Change};
+use bitfold_proto::bitfold_capnp::{change, vid_vector};
+use bitfold_server::fuzzing::{self, Change};
 use capnp::struct_list;
 
 use crate::wire::{build, check_vector, naive, u16s};
@@ -124,7 +124,7 @@ fn check_update(changes: struct_list::Reader<'_, change::Owned>) {
 /// have), empty containers included: each part's dense, sparse and full
 /// keys, from its fields.
 pub(crate) fn key_disjoint(
-    list: struct_list::Reader<'_, bitfold_rpc::bitfold_capnp::part::Owned>,
+    list: struct_list::Reader<'_, bitfold_proto::bitfold_capnp::part::Owned>,
 ) -> bool {
     let mut keys = Vec::new();
     for part in list.iter() {
@@ -147,7 +147,7 @@ mod tests {
         let mut message = capnp::message::Builder::new_default();
         let mut list = message.initn_root::<struct_list::Builder<'_, change::Owned>>(3);
         let sparse =
-            |mut part: bitfold_rpc::bitfold_capnp::part::Builder<'_>, key: u16, lows: &[u16]| {
+            |mut part: bitfold_proto::bitfold_capnp::part::Builder<'_>, key: u16, lows: &[u16]| {
                 part.set_sparse_keys(&key.to_le_bytes());
                 part.set_sparse_ends(&(lows.len() as u32).to_le_bytes());
                 let values: Vec<u8> = lows.iter().flat_map(|v| v.to_le_bytes()).collect();

@@ -1,5 +1,5 @@
-use bitfold_rpc::bitfold_capnp::{part, vid_vector};
-use bitfold_rpc::fuzzing;
+use bitfold_proto::bitfold_capnp::{part, vid_vector};
+use bitfold_server::fuzzing;
 
 /// The slave's decoding of a request's vectors. The first byte picks how
 /// `data` becomes a message: even, a list of vids and parts built from the

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bitfold_rpc::bitfold_capnp::{Want, fetch_result, part, slave};
+use bitfold_proto::bitfold_capnp::{Want, fetch_result, part, slave};
 
 use super::history::Seen;
 

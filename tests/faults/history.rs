@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use bitfold_rpc::client::{Error, ErrorKind};
+use bitfold_client::{Error, ErrorKind};
 
 /// What an operation did or asked.
 #[derive(Debug, Clone)]
@@ -246,7 +246,7 @@ impl Recorder {
 }
 
 /// What a write's error says of its effect. The master's messages
-/// (`rpc/src/master/update.rs`, docs/protocol.md §8): "nothing was
+/// (`rpc/server/src/master/update.rs`, docs/protocol.md §8): "nothing was
 /// changed" is returned before any slave is sent the write; "the write is
 /// recorded but not yet complete" is in the master's journal and rolled
 /// forward; any other error, a lost connection or a timeout (the master may

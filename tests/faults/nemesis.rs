@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bitfold_rpc::client::Client;
+use bitfold_client::Client;
 
 use super::history::{Action, Outcome, Recorder};
 use crate::util::{Cluster, Rng, Server};

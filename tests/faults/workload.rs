@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
+use bitfold_client::{Answer, Client, Error, ErrorKind, Format};
 use bitfold_engine::VectorBuf;
-use bitfold_rpc::client::{Answer, Client, Error, ErrorKind, Format};
 
 use super::history::{Action, Outcome, Recorder, Seen, write_outcome};
 use crate::util::Rng;

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bitfold_rpc::client::Format;
-use bitfold_rpc::master::{CoordinatorPolicy, PlanChoice};
+use bitfold_client::Format;
+use bitfold_server::master::{CoordinatorPolicy, PlanChoice};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// The master's address when `--master` is left out.
@@ -412,7 +412,7 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = PlanChoice::Auto, conflicts_with = "master")]
     pub plan: PlanChoice,
     /// Consecutive vids the local cluster places together (a power of two).
-    #[arg(long, value_name = "N", default_value_t = bitfold_rpc::cluster::DEFAULT_GROUP, conflicts_with = "master")]
+    #[arg(long, value_name = "N", default_value_t = bitfold_server::cluster::DEFAULT_GROUP, conflicts_with = "master")]
     pub group: u64,
     /// Take the data set from a directory of `<vid>.roaring` files instead of generating it.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["vectors", "bits", "density", "first_vid"])]

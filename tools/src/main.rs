@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use bitfold_rpc::client::{self, ErrorKind};
+use bitfold_client::{self as client, ErrorKind};
 
 fn main() -> ExitCode {
     tune_allocator();
@@ -55,7 +55,7 @@ fn main() -> ExitCode {
 /// mean of six (benches/runs/2026-12-05-glibc-arenas.md).
 ///
 /// This is process-wide allocator tuning, so it belongs to the binary: a DBMS
-/// that links `bitfold-rpc` keeps its own settings.
+/// that links `bitfold-client` keeps its own settings.
 #[allow(unsafe_code)]
 fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use bitfold_rpc::client::{Answer, Client, Format, LocalClient, Traffic};
-use bitfold_rpc::local::{CLIENT_TLS, LocalCluster, generate_tls};
-use bitfold_rpc::tls::Tls;
+use bitfold_client::{Answer, Client, Format, LocalClient, Traffic};
+use bitfold_net::tls::Tls;
+use bitfold_server::local::{CLIENT_TLS, LocalCluster, generate_tls};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use serde::Serialize;

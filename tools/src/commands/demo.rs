@@ -8,11 +8,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use bitfold_client::Client;
 use bitfold_engine::VectorBuf;
 use bitfold_engine::import::{self, Format, ReadError};
 use bitfold_index::{IndexMap, Options, Predicate, index_file, scan_file, vectors_dir};
-use bitfold_rpc::client::Client;
-use bitfold_rpc::local::{LocalCluster, loopback};
+use bitfold_server::local::{LocalCluster, loopback};
 
 use super::import::{Action, Destination, import_paths};
 use super::index::describe;
@@ -141,7 +141,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         }
     }
     for bad in ["R:130-", "P:999"] {
-        match client.query(bad, bitfold_rpc::client::Format::Count) {
+        match client.query(bad, bitfold_client::Format::Count) {
             Ok(_) => bail!("the master answered the query {bad}, which should have failed"),
             Err(err) => println!("  {bad}  ->  error: {err}"),
         }

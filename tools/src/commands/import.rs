@@ -5,10 +5,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use bitfold_client::Client;
 use bitfold_engine::VectorBuf;
 use bitfold_engine::import::{self, Format, ReadError};
 use bitfold_engine::store::{Store, Update};
-use bitfold_rpc::client::Client;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::{DEFAULT_MASTER, ImportArgs, InputFormat};

@@ -4,9 +4,9 @@
 use std::fs;
 use std::time::Instant;
 
+use bitfold_client::Client;
 use bitfold_engine::import::Format;
 use bitfold_index::{Binning, Column, Encoding, Options, Pass, index_file, vectors_dir};
-use bitfold_rpc::client::Client;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::import::{Action, Destination, import_paths};

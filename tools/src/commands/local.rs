@@ -1,8 +1,8 @@
 //! The cluster file of a local cluster started by `up`, `demo` and `bench`
-//! (the cluster itself is [`bitfold_rpc::local::LocalCluster`]).
+//! (the cluster itself is [`bitfold_server::local::LocalCluster`]).
 
 use anyhow::{Context, bail};
-use bitfold_rpc::cluster::{ClusterConfig, SlaveEntry};
+use bitfold_server::cluster::{ClusterConfig, SlaveEntry};
 
 /// A cluster file for `count` slaves named s0, s1, ... on consecutive ports
 /// from `first_port` (0: each picks a free port when it starts).
@@ -35,7 +35,7 @@ pub fn numbered_cluster(
         .collect::<anyhow::Result<_>>()?;
     Ok(ClusterConfig {
         replicas,
-        group: bitfold_rpc::cluster::DEFAULT_GROUP,
+        group: bitfold_server::cluster::DEFAULT_GROUP,
         slaves,
     })
 }

@@ -15,8 +15,8 @@ mod up;
 
 use std::path::Path;
 
-use bitfold_rpc::client::Client;
-use bitfold_rpc::tls::Tls;
+use bitfold_client::Client;
+use bitfold_net::tls::Tls;
 
 use crate::cli::Command;
 

@@ -6,9 +6,9 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
 use anyhow::{Context, bail};
+use bitfold_client::{self as client, Answer, Bytes, Client, ErrorKind, Format};
 use bitfold_engine::{VectorBuf, portable};
 use bitfold_index::IndexMap;
-use bitfold_rpc::client::{self, Answer, Bytes, Client, ErrorKind, Format};
 
 use crate::cli::{Output, QueryArgs};
 

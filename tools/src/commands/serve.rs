@@ -3,10 +3,10 @@
 use std::path::Path;
 
 use anyhow::Context;
-use bitfold_rpc::cluster::ClusterFile;
-use bitfold_rpc::master::{self, MasterOptions};
-use bitfold_rpc::slave::{self, SlaveOptions};
-use bitfold_rpc::tls::Tls;
+use bitfold_net::tls::Tls;
+use bitfold_server::cluster::ClusterFile;
+use bitfold_server::master::{self, MasterOptions};
+use bitfold_server::slave::{self, SlaveOptions};
 
 use crate::cli::{MasterArgs, SlaveArgs};
 

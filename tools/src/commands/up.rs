@@ -7,9 +7,9 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use bitfold_rpc::cluster::{ClusterConfig, ClusterFile};
-use bitfold_rpc::local::{CLIENT_TLS, LocalCluster, MASTER_TLS, generate_tls};
-use bitfold_rpc::tls::Files;
+use bitfold_net::tls::Files;
+use bitfold_server::cluster::{ClusterConfig, ClusterFile};
+use bitfold_server::local::{CLIENT_TLS, LocalCluster, MASTER_TLS, generate_tls};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 

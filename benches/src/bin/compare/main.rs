@@ -26,7 +26,7 @@ mod systems;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use bitfold_rpc::master::{CoordinatorPolicy, PlanChoice};
+use bitfold_server::master::{CoordinatorPolicy, PlanChoice};
 use bitfold_workload::dataset::{DataSet, Shape};
 use clap::Parser;
 
@@ -47,7 +47,7 @@ pub struct Args {
     #[arg(long, default_value = "auto")]
     pub plan: PlanChoice,
     /// Consecutive vids bitfold places together (a power of two).
-    #[arg(long, default_value_t = bitfold_rpc::cluster::DEFAULT_GROUP)]
+    #[arg(long, default_value_t = bitfold_server::cluster::DEFAULT_GROUP)]
     pub group: u64,
     /// Vectors in the data set.
     #[arg(long, default_value_t = 2000)]

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bitfold_benches::read_roof_parallel;
+use bitfold_client::{Answer, Client, Format, LocalClient};
 use bitfold_engine::{VectorBuf, VectorPart, words};
-use bitfold_rpc::client::{Answer, Client, Format, LocalClient};
-use bitfold_rpc::local::{LocalCluster, loopback};
+use bitfold_server::local::{LocalCluster, loopback};
 use bitfold_workload::dataset::{self, DataSet, Query, Shape, part_bytes};
 use bitfold_workload::harness::{self, BenchSettings, Limit, Measured, Reply, process_cpu};
 use rayon::prelude::*;

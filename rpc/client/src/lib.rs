@@ -1,0 +1,236 @@
+//! The client a DBMS (and the `bitfold` command) links: a blocking facade
+//! over one connection to the master, in two kinds with the same calls.
+//!
+//! - A [`Client`] runs its connection on a thread of its own (capnp-rpc
+//!   objects cannot cross threads), so it can be used from any plain
+//!   thread, shared between threads, and called from inside an async
+//!   runtime.
+//! - A [`LocalClient`] is run by the thread that calls it: no thread
+//!   between the caller and the socket, so each call costs two thread
+//!   wake-ups less; it stays on the thread that made it.
+//!
+//! Several of either can live in one process. A broken connection is
+//! re-established on the next call.
+//!
+//! ```no_run
+//! use bitfold_engine::VectorBuf;
+//! use bitfold_client::{Answer, Client, Format};
+//!
+//! let client = Client::connect("127.0.0.1:7100")?;
+//! let v = VectorBuf::from_bits(vec![1, 5, 9]);
+//! client.import(&[(42, v.as_part())])?;
+//! assert!(matches!(client.query("P:42", Format::Count)?, Answer::Count(3)));
+//! # Ok::<(), bitfold_client::Error>(())
+//! ```
+
+//! The files: `answer.rs` (the [`Format`] asked for and the [`Answer`]),
+//! `error.rs` (the [`Error`] of a call and the master's [`ErrorKind`]),
+//! `status.rs` (the [`SlaveStatus`] of each slave and their [`Traffic`]),
+//! `import.rs` (a batch cut into import messages), `link.rs` (the
+//! connection to the master and the client thread), and `local.rs` (the
+//! [`LocalClient`]). This file holds the calls both kinds offer and the
+//! [`Client`].
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod answer;
+mod error;
+mod import;
+mod link;
+mod status;
+
+use std::fmt;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use bitfold_engine::VectorPart;
+use tokio::sync::mpsc as tokio_mpsc;
+
+pub use answer::{Answer, Format};
+/// The bytes of a vector answer ([`Answer::Words`], [`Answer::Roaring`]).
+pub use bytes::Bytes;
+pub use error::{Error, ErrorKind};
+pub use status::{MoveProgress, PlacementReport, SlaveStatus, Traffic};
+
+use bitfold_net as net;
+use bitfold_net::tls::{self, Tls};
+use bitfold_proto::{bitfold_capnp, wire};
+use import::import_messages;
+use link::{Call, Reply, serve_calls};
+
+/// How long a call waits for the master by default: above the master's
+/// own 30 s query deadline, so the master's error arrives first.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The calls of a client to the master, the same on [`Client`] and
+/// [`LocalClient`]: each is built as a [`Call`] and carried by the type's own
+/// `call`.
+macro_rules! calls {
+    () => {
+        /// Runs a query message (`P:vid` or `R:t1&t2&...`) and returns its answer in `format`.
+        pub fn query(&self, message: &str, format: Format) -> Result<Answer, Error> {
+            self.call(|reply| Call::Query {
+                message: message.to_owned(),
+                format,
+                reply,
+            })
+        }
+
+        /// Sets the bits of every `(vid, vector)` (vids may repeat). When it
+        /// returns `Ok`, every vector is durable on all its owners and in the
+        /// master's catalog. A large batch travels as several messages; if one
+        /// fails, the earlier ones stay applied (importing again is harmless).
+        pub fn import(&self, batch: &[(u64, VectorPart<'_>)]) -> Result<(), Error> {
+            for message in import_messages(batch) {
+                self.call(|reply| Call::Import { message, reply })?;
+            }
+            Ok(())
+        }
+
+        /// Clears the bits of every `(vid, vector)` that exists (docs/protocol.md
+        /// §8); returns how many vectors lost a bit. When it returns `Ok`, every
+        /// owner and the master hold the change. A large batch travels as
+        /// several messages, each applied whole; if one fails, the earlier ones
+        /// stay applied (clearing again is harmless).
+        pub fn clear(&self, batch: &[(u64, VectorPart<'_>)]) -> Result<u64, Error> {
+            let mut changed = 0;
+            for message in import_messages(batch) {
+                changed += self.call(|reply| Call::Clear { message, reply })?;
+            }
+            Ok(changed)
+        }
+
+        /// Deletes every existing vector whose vid lies in one of `spans`
+        /// (`(first, last)`, inclusive); returns how many there were. Deleting
+        /// what does not exist is not an error.
+        pub fn delete(&self, spans: &[(u64, u64)]) -> Result<u64, Error> {
+            self.call(|reply| Call::Delete {
+                spans: spans.to_vec(),
+                reply,
+            })
+        }
+
+        /// What every slave has read and sent since it started, added up (from
+        /// [`status`](Self::status)): the difference of two calls is what happened between.
+        pub fn traffic(&self) -> Result<Traffic, Error> {
+            let slaves = self.status()?;
+            Ok(Traffic {
+                read_bytes: slaves.iter().map(|s| s.read_bytes).sum(),
+                sent_bytes: slaves.iter().map(|s| s.sent_bytes).sum(),
+            })
+        }
+
+        /// Moves up to `most` vectors towards the layout of the master's
+        /// cluster file (docs/protocol.md §9); call it until the progress says
+        /// `finished`. Interrupted, a move resumes where it stopped.
+        pub fn rebalance(&self, most: u32) -> Result<MoveProgress, Error> {
+            self.call(|reply| Call::Rebalance { most, reply })
+        }
+
+        /// How well the vectors are placed: copies missing, a move in progress.
+        pub fn placement(&self) -> Result<PlacementReport, Error> {
+            self.call(|reply| Call::Placement { reply })
+        }
+
+        /// The state of every slave, in cluster file order.
+        pub fn status(&self) -> Result<Vec<SlaveStatus>, Error> {
+            self.call(|reply| Call::Status { reply })
+        }
+    };
+}
+
+mod local;
+
+pub use local::LocalClient;
+
+/// A connection to the master; cheap to share between threads.
+pub struct Client {
+    calls: Option<tokio_mpsc::UnboundedSender<(Call, Duration)>>,
+    thread: Option<thread::JoinHandle<()>>,
+    timeout: Duration,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects to the master at `addr` (`HOST:PORT`).
+    pub fn connect(addr: &str) -> Result<Client, Error> {
+        Client::start(addr, None)
+    }
+
+    /// Connects to the master at `addr` over mutual TLS (docs/protocol.md §11):
+    /// `tls` holds the cluster's CA and this client's certificate and key.
+    pub fn connect_tls(addr: &str, tls: &Tls) -> Result<Client, Error> {
+        Client::start(addr, Some(tls.clone()))
+    }
+
+    fn start(addr: &str, tls: Option<Tls>) -> Result<Client, Error> {
+        let (calls, inbox) = tokio_mpsc::unbounded_channel();
+        let (ready, connected) = mpsc::sync_channel(1);
+        let owned = addr.to_owned();
+        let thread = thread::Builder::new()
+            .name(format!("bitfold-client {addr}"))
+            .spawn(move || serve_calls(owned, tls, inbox, ready))
+            .map_err(|e| {
+                Error::unreachable(addr, format!("cannot start the client thread: {e}"))
+            })?;
+        let mut client = Client {
+            calls: Some(calls),
+            thread: Some(thread),
+            timeout: DEFAULT_TIMEOUT,
+        };
+        match connected.recv() {
+            Ok(Ok(())) => Ok(client),
+            Ok(Err(err)) => Err(err),
+            Err(_) => {
+                client.calls = None;
+                Err(Error::unreachable(addr, "the client thread stopped"))
+            }
+        }
+    }
+
+    /// Sets how long a call waits for the master (default [`DEFAULT_TIMEOUT`]).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Call) -> Result<T, Error> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        let lost = || Error::Protocol("the client thread stopped".into());
+        self.calls
+            .as_ref()
+            .ok_or_else(lost)?
+            .send((make(reply), self.timeout))
+            .map_err(|_| lost())?;
+        answer.recv().map_err(|_| lost())?
+    }
+
+    calls!();
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.calls = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_can_be_shared_between_threads() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Client>();
+    }
+}

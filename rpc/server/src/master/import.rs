@@ -1,0 +1,101 @@
+//! Imports: every non-empty vector is recorded in the master's journal,
+//! then set on all its owners (`update`), and its vid recorded in the
+//! catalog: the import is on every owner, on none, or recorded and rolled
+//! forward on the owners that missed it.
+
+use std::collections::BTreeSet;
+
+use bitfold_engine::VectorPart;
+use capnp::message::Builder;
+
+use super::reply::Failure;
+use super::update::Kind;
+use super::{Master, journal};
+use crate::bitfold_capnp::vid_vector;
+use crate::wire::{self, WirePart};
+use bitfold_proto::ErrorKind;
+
+impl Master {
+    /// Records the import of every non-empty vector, has all its owners
+    /// set its bits and records the vids; returns the bytes of the vectors
+    /// stored.
+    pub(super) async fn import_vectors(
+        &self,
+        vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
+    ) -> Result<u64, Failure> {
+        wire::check_import(vectors).map_err(bad_query)?;
+        let read = read_vectors(vectors)?;
+        let views = holding_bits(&read)?;
+        let bytes = views
+            .iter()
+            .flat_map(|(_, parts)| parts)
+            .map(VectorPart::byte_len)
+            .sum();
+        let mut message = Builder::new_default();
+        let mut list = journal::init_changes(&mut message, views.len() as u32);
+        let mut vids = BTreeSet::new();
+        for (j, (vid, parts)) in views.iter().enumerate() {
+            let mut change = list.reborrow().get(j as u32);
+            change.set_vid(*vid);
+            wire::write_parts(change.init_set(parts.len() as u32), parts);
+            vids.insert(*vid);
+        }
+        self.apply(message, vids, Kind::Import).await?;
+        Ok(bytes)
+    }
+}
+
+/// Refuses a request of more `what` than `most` before reading any, as a
+/// `badQuery` naming the bound (docs/protocol.md §7, Limits): a list of
+/// empty structs costs its sender nothing an element, and the master's loop
+/// over it a little each.
+pub(super) fn within(len: u32, most: u32, what: &str) -> Result<(), Failure> {
+    wire::at_most(len, most, what).map_err(bad_query)
+}
+
+/// A request refused as it was read, as a `badQuery` saying why.
+fn bad_query(err: capnp::Error) -> Failure {
+    Failure::new(ErrorKind::BadQuery, err.extra)
+}
+
+/// The vectors of a request (an import or a clear), each read once, in
+/// place: a message's traversal limit counts every read of it, and one
+/// vector of 2^32 bits takes half of it, so the master reads a vector once
+/// and writes what it sends on from that reading. A malformed vector is a
+/// `badQuery`: the request itself is wrong, not the master.
+pub(super) fn read_vectors<'a>(
+    vectors: capnp::struct_list::Reader<'a, vid_vector::Owned>,
+) -> Result<Vec<(u64, Vec<WirePart<'a>>)>, Failure> {
+    vectors
+        .iter()
+        .map(|vector| {
+            let vid = vector.get_vid();
+            let parts = vector.get_parts().and_then(wire::read_parts);
+            Ok((vid, parts.map_err(|e| malformed(vid, e))?))
+        })
+        .collect()
+}
+
+/// The vectors of `read` that hold a bit, their parts checked as a slave
+/// checks them (no full or hole keys), so that no slave is sent a request
+/// it would refuse: the master would take that refusal for its failure.
+pub(super) fn holding_bits<'p>(
+    read: &'p [(u64, Vec<WirePart<'_>>)],
+) -> Result<Vec<(u64, Vec<VectorPart<'p>>)>, Failure> {
+    let mut holding = Vec::new();
+    for (vid, parts) in read {
+        let views = wire::stored_views(parts).map_err(|e| malformed(*vid, e))?;
+        if views.iter().any(|p| !p.is_empty()) {
+            holding.push((*vid, views));
+        }
+    }
+    Ok(holding)
+}
+
+/// Vector `vid` of a request, refused: `badQuery`, naming it.
+fn malformed(vid: u64, err: capnp::Error) -> Failure {
+    Failure::new(
+        ErrorKind::BadQuery,
+        format!("vector {vid} is malformed: {err}"),
+    )
+}

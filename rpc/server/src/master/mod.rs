@@ -1,0 +1,443 @@
+//! The master: serves the DBMS interface (`Master` in `schema/bitfold.capnp`).
+//!
+//! A query is parsed ([`crate::query`]), planned over the durable catalog
+//! ([`crate::catalog`]) with placement ([`crate::placement`]): one chain per
+//! term, one live owner per vid (`plan`). A coordinator is picked by
+//! [`CoordinatorPolicy`] and runs the chains. A point query is one `fetch`
+//! from a live owner. Failed machines are marked down and the query is tried
+//! again elsewhere (`answer`). The answer is converted into the asked form
+//! straight into the reply (`reply`). A down slave is probed in the
+//! background and used again once it answers and its catalog is merged
+//! (`probe`), after the store it holds has been checked against the
+//! master's `ledger`: a wiped, replaced or older store serves nothing it
+//! owns until it has been refilled. Every write (an import, a clear or a
+//! delete) is recorded in the `journal` first, then applied on every owner
+//! (`import`, `update`), each call stamped so that a slave's fence orders
+//! them (`fence`); a delete waits for the queries planned before it
+//! (`in_flight`).
+
+mod answer;
+mod copy;
+mod fence;
+mod import;
+mod in_flight;
+mod journal;
+mod layout;
+mod ledger;
+mod missed;
+mod options;
+mod plan;
+mod probe;
+mod rebalance;
+mod recorded;
+mod refill;
+mod reply;
+mod slaves;
+pub(crate) mod start;
+mod trace;
+mod update;
+
+#[cfg(feature = "fuzzing")]
+pub(crate) use answer::coordinator_failures;
+
+pub use options::MasterOptions;
+pub use plan::{CoordinatorPolicy, PlanChoice};
+pub use reply::MAX_DATA_BYTES;
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use crate::bitfold_capnp::{master, update_outcome};
+use crate::catalog::Catalog;
+use crate::chain::VidRun;
+use crate::metrics::{self, MasterMetrics};
+use crate::net::{self, Pool};
+use crate::slave::handler::FailedMachine;
+use bitfold_proto::ErrorKind;
+use in_flight::InFlight;
+use journal::Journal;
+use layout::Layout;
+use ledger::Ledger;
+use reply::{Failure, write_found};
+use slaves::SlaveState;
+use trace::Trace;
+
+/// Serves until the process is killed; calls `on_ready` with the bound
+/// address once it accepts connections (`listen` may say port 0).
+pub fn run(options: MasterOptions, on_ready: impl FnOnce(SocketAddr)) -> Result<(), crate::Error> {
+    run_until(options, on_ready, std::future::pending())
+}
+
+/// Like [`run`], but stops serving (closing every connection) when `stop` completes.
+pub fn run_until(
+    options: MasterOptions,
+    on_ready: impl FnOnce(SocketAddr),
+    stop: impl Future<Output = ()>,
+) -> Result<(), crate::Error> {
+    options.cluster.validate().map_err(crate::Error::Config)?;
+    if options.attempts == 0 {
+        return Err(crate::Error::Config("attempts must be at least 1".into()));
+    }
+    let catalog = Catalog::open(&options.data_dir).map_err(crate::Error::Catalog)?;
+    let start::Records {
+        layout,
+        move_next,
+        journal,
+        missed,
+        ledger,
+    } = start::read(&catalog, &options.cluster).map_err(crate::Error::Config)?;
+    net::block_on_local(async move {
+        let listener = crate::bind(&options.listen).await?;
+        let addr = crate::local_addr(&listener)?;
+        let slaves = vec![SlaveState::unknown(); layout.slaves().len()];
+        let tls = options.tls.clone();
+        let state = Rc::new(Master {
+            options,
+            catalog: RefCell::new(catalog),
+            slaves: RefCell::new(slaves),
+            pool: Pool::new(net::Sent::default(), tls.clone()),
+            turn: Cell::new(0),
+            journal: RefCell::new(journal),
+            ledger: RefCell::new(ledger),
+            ledger_writes: tokio::sync::Mutex::new(()),
+            writes: tokio::sync::Mutex::new(()),
+            in_flight: Rc::new(InFlight::default()),
+            writing: RefCell::default(),
+            lacking: RefCell::new(missed.clone()),
+            missed: RefCell::new(missed),
+            recopied: Cell::new(0),
+            layout: RefCell::new(Rc::new(layout)),
+            move_next: Cell::new(move_next),
+            metrics: MasterMetrics::new(),
+            sent: net::Sent::default(),
+        });
+        state
+            .recover_catalog()
+            .await
+            .map_err(crate::Error::Config)?;
+        if let Some(listen) = &state.options.metrics {
+            let master = state.clone();
+            metrics::serve(listen, move || master.render_metrics()).await?;
+        }
+        let sent = state.sent.clone();
+        state.probe_round(probe::Writes::Take).await;
+        tokio::task::spawn_local(probe::probe_loop(state.clone()));
+        tokio::task::spawn_local(refill::refill_loop(state.clone()));
+        let client: master::Client = capnp_rpc::new_client_from_rc(state);
+        on_ready(addr);
+        tokio::select! {
+            () = net::accept_loop(listener, client.client, sent, tls) => {}
+            () = stop => {}
+        }
+        Ok(())
+    })?
+}
+
+/// The master's state, shared by every connection.
+struct Master {
+    options: MasterOptions,
+    catalog: RefCell<Catalog>,
+    slaves: RefCell<Vec<SlaveState>>,
+    pool: Pool,
+    /// Counts range queries, for round-robin coordinators.
+    turn: Cell<usize>,
+    /// The writes some owners have not applied yet.
+    journal: RefCell<Journal>,
+    /// The master's epoch, its write numbers and each slave's store.
+    ledger: RefCell<Ledger>,
+    /// Held while the ledger is recorded, one record at a time.
+    ledger_writes: tokio::sync::Mutex<()>,
+    /// Held by every write (import, update, catch-up), one at a time.
+    writes: tokio::sync::Mutex<()>,
+    /// The queries in flight.
+    in_flight: Rc<InFlight>,
+    /// The vids of the write being applied: until it is done, queries read
+    /// them from their primary owner only (`serving`).
+    writing: RefCell<BTreeSet<u64>>,
+    /// Where vectors are placed (replaced whole by `rebalance`).
+    layout: RefCell<Rc<Layout>>,
+    /// During a move, the first vid not yet copied to its new owners.
+    move_next: Cell<u64>,
+    /// Per slave, the vids it owns but does not hold (`refill`).
+    lacking: RefCell<Vec<BTreeSet<u64>>>,
+    /// Per slave, those of `lacking` it may hold but missed writes to (its
+    /// store was replaced), as recorded in the data directory (`missed`).
+    missed: RefCell<Vec<BTreeSet<u64>>>,
+    /// Vectors noted missed copied back since the record was last written.
+    recopied: Cell<usize>,
+    /// What it counts for `/metrics`.
+    metrics: MasterMetrics,
+    /// Bytes its DBMS connections have sent.
+    sent: net::Sent,
+}
+
+impl Master {
+    /// The layout in force now.
+    fn layout(&self) -> Rc<Layout> {
+        Rc::clone(&self.layout.borrow())
+    }
+
+    fn slave_name(&self, index: usize) -> String {
+        let layout = self.layout();
+        let entry = &layout.slaves()[index];
+        format!("{} ({})", entry.name, entry.addr)
+    }
+
+    fn mark_down(&self, index: usize, reason: &str) {
+        let was_up = self.slaves.borrow_mut()[index].down(reason.to_owned());
+        if was_up {
+            tracing::warn!("slave {} is down: {reason}", self.slave_name(index));
+            self.metrics
+                .transition(&self.layout().slaves()[index].name, false);
+        }
+    }
+
+    fn mark_failed(&self, failed: &FailedMachine) {
+        let index = self
+            .layout()
+            .slaves()
+            .iter()
+            .position(|s| s.name == failed.name);
+        if let Some(index) = index {
+            self.mark_down(index, &failed.reason);
+        }
+    }
+
+    /// The `/metrics` page: what it counted, and each slave up or down now.
+    fn render_metrics(&self) -> String {
+        let slaves = self.slaves.borrow();
+        let layout = self.layout();
+        let names = layout.slaves().iter().map(|s| s.name.as_str());
+        let up = slaves.iter().map(|s| s.up);
+        self.metrics.render(names.zip(up), self.sent.bytes())
+    }
+
+    fn live(&self) -> Vec<usize> {
+        let slaves = self.slaves.borrow();
+        (0..slaves.len()).filter(|&i| slaves[i].up).collect()
+    }
+
+    /// An `unavailable` error naming the down `machines` and why they are down.
+    fn unavailable(&self, message: String, machines: &[usize]) -> Failure {
+        let names = machines
+            .iter()
+            .map(|&i| self.layout().slaves()[i].name.clone())
+            .collect();
+        let states = self.slaves.borrow();
+        let lacking = self.lacking.borrow();
+        let down: Vec<String> = machines
+            .iter()
+            .map(|&i| match &states[i].reason {
+                Some(reason) => format!("{} is down: {reason}", self.slave_name(i)),
+                None if !lacking[i].is_empty() => format!(
+                    "{} is up but lacks {} of its vectors (its store is not the one that \
+                     held them: wiped, new or restored from a backup; they are copied back \
+                     from other owners where one holds them)",
+                    self.slave_name(i),
+                    lacking[i].len()
+                ),
+                None => format!("{} is up", self.slave_name(i)),
+            })
+            .collect();
+        Failure {
+            kind: ErrorKind::Unavailable,
+            message: format!("unavailable: {message}; {}", down.join("; ")),
+            failed_machines: names,
+        }
+    }
+}
+
+impl master::Server for Master {
+    async fn query(
+        self: capnp::capability::Rc<Self>,
+        params: master::QueryParams,
+        mut results: master::QueryResults,
+    ) -> Result<(), capnp::Error> {
+        let params = params.get()?;
+        let message = params.get_message()?.as_bytes();
+        let trace = Trace::new(self.options.slow.is_some());
+        let outcome = match params.get_format() {
+            Ok(format) => match self.answer(message, format, &trace).await {
+                Ok(found) => {
+                    let out = results.get().init_result();
+                    write_found(&found, format, out)
+                }
+                Err(failure) => Err(failure),
+            },
+            Err(_) => Err(Failure::new(
+                ErrorKind::BadQuery,
+                "unknown result format: use words, roaring or count",
+            )),
+        };
+        if let Err(failure) = &outcome {
+            failure.write(results.get().init_result().init_error());
+        }
+        let answer_bytes = || results.get().total_size().map_or(0, |s| s.word_count * 8);
+        let outcome = outcome.map(|_| ()).map_err(|failure| failure.kind);
+        let slow = self.options.slow;
+        trace.finish(&self.metrics, slow, message, outcome, answer_bytes);
+        Ok(())
+    }
+
+    async fn import(
+        self: capnp::capability::Rc<Self>,
+        params: master::ImportParams,
+        mut results: master::ImportResults,
+    ) -> Result<(), capnp::Error> {
+        let vectors = params.get()?.get_vectors()?;
+        let count = vectors.len();
+        let outcome = self.import_vectors(vectors).await;
+        let mut out = results.get().init_outcome();
+        match outcome {
+            Ok(bytes) => {
+                self.metrics.imported(u64::from(count), bytes);
+                out.set_ok(());
+            }
+            Err(failure) => failure.write(out.init_error()),
+        }
+        Ok(())
+    }
+
+    async fn status(
+        self: capnp::capability::Rc<Self>,
+        _: master::StatusParams,
+        mut results: master::StatusResults,
+    ) -> Result<(), capnp::Error> {
+        Master::status(&self, &mut results).await;
+        Ok(())
+    }
+
+    async fn clear(
+        self: capnp::capability::Rc<Self>,
+        params: master::ClearParams,
+        mut results: master::ClearResults,
+    ) -> Result<(), capnp::Error> {
+        let outcome = self.clear_vectors(params.get()?.get_vectors()?).await;
+        self.metrics
+            .updated("clear", outcome.as_ref().map(|&n| n).map_err(|f| f.kind));
+        write_update_outcome(results.get().init_outcome(), outcome);
+        Ok(())
+    }
+
+    async fn rebalance(
+        self: capnp::capability::Rc<Self>,
+        params: master::RebalanceParams,
+        mut results: master::RebalanceResults,
+    ) -> Result<(), capnp::Error> {
+        let most = params.get()?.get_most().max(1) as usize;
+        let outcome = self.rebalance_step(most).await;
+        let out = results.get().init_outcome();
+        match outcome {
+            Ok(progress) => {
+                let mut out = out.init_progress();
+                out.set_done(progress.done);
+                out.set_total(progress.total);
+                out.set_copied(progress.copied);
+                out.set_copied_bytes(progress.copied_bytes);
+                out.set_removed(progress.removed);
+                out.set_finished(progress.finished);
+            }
+            Err(failure) => failure.write(out.init_error()),
+        }
+        Ok(())
+    }
+
+    async fn placement(
+        self: capnp::capability::Rc<Self>,
+        _: master::PlacementParams,
+        mut results: master::PlacementResults,
+    ) -> Result<(), capnp::Error> {
+        // Only the slaves that need it: `status` has just probed them all.
+        self.probe_round(probe::Writes::Take).await;
+        self.placement_report(results.get().init_report());
+        Ok(())
+    }
+
+    async fn delete(
+        self: capnp::capability::Rc<Self>,
+        params: master::DeleteParams,
+        mut results: master::DeleteResults,
+    ) -> Result<(), capnp::Error> {
+        let outcome = self.delete_spans(params.get()?.get_spans()?).await;
+        self.metrics
+            .updated("delete", outcome.as_ref().map(|&n| n).map_err(|f| f.kind));
+        write_update_outcome(results.get().init_outcome(), outcome);
+        Ok(())
+    }
+}
+
+impl Master {
+    /// How the catalog's vectors stand: one pass over it.
+    fn standing(&self) -> Standing {
+        let layout = self.layout();
+        let catalog = self.catalog.borrow();
+        let mut standing = Standing::default();
+        let holding = self.holding();
+        for vid in catalog.range(0, u64::MAX) {
+            let owners = layout.read_owners(vid);
+            let mut idle = 0;
+            for &owner in &owners {
+                if !holding(owner, VidRun::one(vid)) {
+                    idle += 1;
+                    standing.idle.insert(owner);
+                }
+            }
+            standing.under += u64::from(idle > 0);
+            standing.lost += u64::from(idle == owners.len());
+            if let Some(target) = &layout.target {
+                standing.misplaced += u64::from(
+                    vid >= self.move_next.get() && target.placement().owners(vid) != owners,
+                );
+            }
+        }
+        standing
+    }
+
+    /// Counts what is placed well and what is not.
+    fn placement_report(&self, mut out: crate::bitfold_capnp::placement_report::Builder<'_>) {
+        let standing = self.standing();
+        let layout = self.layout();
+        let catalog = self.catalog.borrow();
+        out.set_vectors(catalog.len() as u64);
+        out.set_under_replicated(standing.under);
+        out.set_lost(standing.lost);
+        out.set_misplaced(standing.misplaced);
+        out.set_moving(layout.target.is_some());
+        out.set_move_done(
+            catalog
+                .range(0, self.move_next.get().saturating_sub(1))
+                .count() as u64,
+        );
+    }
+}
+
+/// How the catalog's vectors stand ([`Master::standing`]).
+#[derive(Default)]
+struct Standing {
+    /// Vectors with an owner that may not serve them (fewer than `replicas`
+    /// copies that may serve, or than every slave when there are fewer).
+    under: u64,
+    /// Vectors no owner may serve.
+    lost: u64,
+    /// Vectors not yet on their owners under a move in progress.
+    misplaced: u64,
+    /// The owners that may not serve some vector they own.
+    idle: BTreeSet<usize>,
+}
+
+/// The reason a slave gave in a text field, or, if the field does not
+/// read, that its message was malformed.
+pub(super) fn slave_said(text: capnp::Result<capnp::text::Reader<'_>>) -> String {
+    text.and_then(|t| Ok(t.to_string()?))
+        .unwrap_or_else(|e| format!("it answered a malformed message: {e}"))
+}
+
+fn write_update_outcome(mut out: update_outcome::Builder<'_>, outcome: Result<u64, Failure>) {
+    match outcome {
+        Ok(changed) => out.set_changed(changed),
+        Err(failure) => failure.write(out.init_error()),
+    }
+}
