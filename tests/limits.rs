@@ -1,4 +1,5 @@
-//! The bounds on what a peer can send (docs/protocol.md §7, Limits), each
+//! The bounds on what a peer can send (docs/protocol.md §7, Limits, and
+//! docs/slave-protocol.md S9), each
 //! against real `bitfold slave` and `bitfold master` processes: a peer that
 //! goes over one gets an error naming the bound, and the process goes on
 //! answering everyone else exactly. The requests are built by hand, as no
@@ -18,7 +19,8 @@ use capnp::message::ReaderOptions;
 
 use crate::util::{Cluster, Oracle, assert_answer};
 
-/// The bounds of docs/protocol.md §7, as a peer meets them.
+/// The bounds of docs/protocol.md §7 and docs/slave-protocol.md S9, as a
+/// peer meets them.
 const MAX_MESSAGE_WORDS: u32 = 1 << 27;
 const MAX_CONNECTIONS_PER_PEER: usize = 256;
 const MAX_PARTS: u32 = 131_072;

@@ -71,7 +71,7 @@ async fn connect(addr: &str) -> capnp::Result<slave::Client> {
 }
 
 /// The bits of one part, decoded naively from its fields; full and hole
-/// keys never travel in a copy (docs/protocol.md §4), so they are refused.
+/// keys never travel in a copy (docs/slave-protocol.md S4), so they are refused.
 fn decode(p: part::Reader<'_>) -> capnp::Result<Vec<u32>> {
     let u16s = |d: &[u8]| -> Vec<u32> {
         d.chunks_exact(2)

@@ -1,7 +1,8 @@
 //! Hop reports: what each machine did for one query (the vids it read,
 //! the bytes it read and sent on, its own time), returned with the answer
-//! when the master asks (`report`), for its slow-query log
-//! (docs/protocol.md §10). Without `report` nothing is measured or sent.
+//! when the master asks (`report`, docs/slave-protocol.md S6), for its
+//! slow-query log (docs/protocol.md §10). Without `report` nothing is
+//! measured or sent.
 
 use std::time::Instant;
 

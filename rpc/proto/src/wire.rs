@@ -268,8 +268,8 @@ pub fn at_most(len: u32, most: u32, what: &str) -> capnp::Result<()> {
 /// structs costs its sender nothing an element (Cap'n Proto only counts
 /// each against the traversal limit, up to 2^27 of them in a message),
 /// while reading one into a `Vec` keeps 16 to 72 bytes an element: a few
-/// bytes could make the reader allocate gigabytes (docs/protocol.md §7,
-/// Limits). Every element of a list has the first one's size.
+/// bytes could make the reader allocate gigabytes (docs/slave-protocol.md
+/// S9). Every element of a list has the first one's size.
 pub fn check_sized<T>(list: struct_list::Reader<'_, T>, what: &str) -> capnp::Result<()>
 where
     T: capnp::traits::OwnedStruct,

@@ -41,7 +41,7 @@ pub const MAX_IMPORT_PARTS: u32 = wire::MAX_IMPORT_PARTS;
 pub const MAX_PARTS: u32 = wire::MAX_PARTS;
 
 /// The most changes one update may hold: [`update`] refuses more before it
-/// reads any of them (docs/protocol.md §7, Limits).
+/// reads any of them (docs/slave-protocol.md S9).
 pub const MAX_UPDATE_CHANGES: u32 = wire::MAX_UPDATE_CHANGES;
 
 /// Reads `bytes` as one Cap'n Proto message (segment table first), with the

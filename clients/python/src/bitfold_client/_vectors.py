@@ -2,7 +2,7 @@
 the checks of what a caller passes in.
 
 A vector travels as roaring-style containers (schema `Part`, docs/protocol.md
-§4): bit ``b`` lives in the container with key ``b >> 16``; a container of
+§5): bit ``b`` lives in the container with key ``b >> 16``; a container of
 more than ``SPARSE_MAX`` bits is *dense* (1024 little-endian u64 words), a
 smaller one *sparse* (its ascending u16 positions). These are the shapes the
 bitfold engine keeps, so the master stores what it receives without

@@ -153,7 +153,7 @@ struct Machine {
 }
 
 struct MachineVecNode {
-  # machine_vec_node (docs/protocol.md §4): vector `vid` held by `machines[machine]`,
+  # machine_vec_node (docs/slave-protocol.md S3): vector `vid` held by `machines[machine]`,
   # and the `more` vectors after it: the run of vids `vid ..= vid + more`.
   machine @0 :UInt32;
   vid @1 :UInt64;
@@ -161,14 +161,14 @@ struct MachineVecNode {
 }
 
 struct FailedMachine {
-  # failed_machine (docs/protocol.md §4): a machine that did not answer, and why.
+  # failed_machine (docs/slave-protocol.md S5): a machine that did not answer, and why.
   name @0 :Text;
   addr @1 :Text;
   reason @2 :Text;
 }
 
 struct QueryReturnValue {
-  # query_return_value (docs/protocol.md §4): the chain's vector, or the machine that failed.
+  # query_return_value (docs/slave-protocol.md S1): the chain's vector, or the machine that failed.
   union {
     vector @0 :List(Part);
     failedMachine @1 :FailedMachine;
@@ -220,7 +220,7 @@ struct ChangeResult {
 }
 
 struct Stamp {
-  # A master's write as a slave's fence sees it (docs/protocol.md §8): the
+  # A master's write as a slave's fence sees it (docs/slave-protocol.md S7): the
   # slave process it is for, the master's epoch and the write's place in
   # the master's order.
   session @0 :UInt64;

@@ -1,4 +1,4 @@
-//! How the master addresses a slave it has checked (docs/protocol.md §8):
+//! How the master addresses a slave it has checked (docs/slave-protocol.md S7):
 //! every call names the slave process it checked (its session), and every
 //! write carries the master's epoch and the write's number, which the
 //! slave's fence orders writes by. What a slave answers of its store tells
