@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bitfold_client::Format;
 use bitfold_server::master::{CoordinatorPolicy, PlanChoice};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// The master's address when `--master` is left out.
@@ -119,10 +120,10 @@ pub struct MasterArgs {
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
     /// How the coordinator slave of each range query is chosen.
-    #[arg(long, value_enum, default_value_t = CoordinatorPolicy::RoundRobin)]
+    #[arg(long, value_parser = named(&CoordinatorPolicy::NAMES), default_value_t = CoordinatorPolicy::RoundRobin)]
     pub policy: CoordinatorPolicy,
     /// How the coordinator gathers each term's vector.
-    #[arg(long, value_enum, default_value_t = PlanChoice::Auto)]
+    #[arg(long, value_parser = named(&PlanChoice::NAMES), default_value_t = PlanChoice::Auto)]
     pub plan: PlanChoice,
     /// Longest one attempt at a query may take (the coordinator and every
     /// chain under it) before its machines are reported failed [default: 5s].
@@ -406,10 +407,10 @@ pub struct BenchArgs {
     #[arg(long, value_name = "R", default_value_t = 1, conflicts_with = "master")]
     pub replicas: usize,
     /// How the local cluster's master picks each query's coordinator.
-    #[arg(long, value_enum, default_value_t = CoordinatorPolicy::RoundRobin, conflicts_with = "master")]
+    #[arg(long, value_parser = named(&CoordinatorPolicy::NAMES), default_value_t = CoordinatorPolicy::RoundRobin, conflicts_with = "master")]
     pub policy: CoordinatorPolicy,
     /// How the local cluster's coordinators gather each term's vector.
-    #[arg(long, value_enum, default_value_t = PlanChoice::Auto, conflicts_with = "master")]
+    #[arg(long, value_parser = named(&PlanChoice::NAMES), default_value_t = PlanChoice::Auto, conflicts_with = "master")]
     pub plan: PlanChoice,
     /// Consecutive vids the local cluster places together (a power of two).
     #[arg(long, value_name = "N", default_value_t = bitfold_server::cluster::DEFAULT_GROUP, conflicts_with = "master")]
@@ -436,7 +437,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub vids_per_term: usize,
     /// The form answers are asked in.
-    #[arg(long, value_enum, default_value_t = Format::Count)]
+    #[arg(long, value_parser = named(&Format::NAMES), default_value_t = Format::Count)]
     pub form: Format,
     /// Queries in flight at once, each from its own client connection.
     #[arg(long, value_name = "N", default_value_t = 2)]
@@ -471,6 +472,26 @@ Examples:
   bitfold bench --density 1% --duration 30s --json
   bitfold bench --vectors 16 --bits 2^26 --terms 1 --vids-per-term 4 --form words
   bitfold bench --master 127.0.0.1:7100 --first-vid 1000000   # load into and query a running cluster";
+
+/// The parser of a flag that takes one of a library enum's values: its
+/// names, each listed in `--help` with what it does, from the enum's own
+/// table (`NAMES`), so that the library and the command line read the same
+/// names.
+fn named<T>(names: &'static [(T, &'static str, &'static str)]) -> impl TypedValueParser<Value = T>
+where
+    T: Copy + Send + Sync + 'static,
+{
+    let values = names
+        .iter()
+        .map(|&(_, name, help)| PossibleValue::new(name).help(help));
+    PossibleValuesParser::new(values).map(move |name| {
+        names
+            .iter()
+            .find(|(_, n, _)| *n == name)
+            .map(|&(value, _, _)| value)
+            .expect("clap accepts only the listed names")
+    })
+}
 
 /// Parses a bit count: `1048576` or `2^20`.
 pub fn parse_bits(text: &str) -> Result<u64, String> {

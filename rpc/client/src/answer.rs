@@ -1,17 +1,47 @@
 //! The form a query's answer is asked for and arrives in (docs/protocol.md §3).
 
+use std::fmt;
+
 use bytes::Bytes;
 
-/// The form of a query's answer (docs/protocol.md §3).
+/// The form of a query's answer (docs/protocol.md §3; [`Format::NAMES`]
+/// says what each holds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Format {
-    /// The dense little-endian `u64` words, trailing zero words trimmed.
+    /// `words`.
     Words,
-    /// The portable Roaring serialization.
+    /// `roaring`.
     Roaring,
-    /// Only the number of set bits.
+    /// `count`.
     Count,
+}
+
+impl Format {
+    /// Every form, with its name (what [`fmt::Display`] writes) and what it
+    /// holds.
+    pub const NAMES: [(Self, &'static str, &'static str); 3] = [
+        (
+            Format::Words,
+            "words",
+            "The dense little-endian u64 words, trailing zero words trimmed",
+        ),
+        (
+            Format::Roaring,
+            "roaring",
+            "The portable Roaring serialization",
+        ),
+        (Format::Count, "count", "Only the number of set bits"),
+    ];
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (_, name, _) = Self::NAMES
+            .iter()
+            .find(|(form, _, _)| form == self)
+            .expect("every form has a name");
+        f.write_str(name)
+    }
 }
 
 /// A query's answer, in the form asked for.

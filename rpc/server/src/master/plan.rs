@@ -19,84 +19,126 @@ use crate::placement::{Placement, READ_BLOCK};
 use crate::query::Term;
 use bitfold_engine::store::AGGREGATE_LEVELS;
 
-/// How the master picks a query's coordinator among the live slaves.
+/// How the master picks a query's coordinator among the live slaves
+/// (`--policy`; [`CoordinatorPolicy::NAMES`] says what each does).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum CoordinatorPolicy {
-    /// In turn, each live slave holding vectors of the most terms of the
-    /// query, so that the fewest partial results travel to it (the
-    /// default); every live slave in turn when none holds any.
+    /// `round-robin`, the default.
     #[default]
     RoundRobin,
-    /// A live slave at random.
+    /// `random`.
     Random,
-    /// The live slave that holds the most of the query's vectors, so the
-    /// fewest vectors cross the network to it.
+    /// `bandwidth`.
     Bandwidth,
+}
+
+impl CoordinatorPolicy {
+    /// Every policy, with its name (what [`FromStr`] reads and
+    /// [`fmt::Display`] writes) and what it does.
+    pub const NAMES: [(Self, &'static str, &'static str); 3] = [
+        (
+            CoordinatorPolicy::RoundRobin,
+            "round-robin",
+            "In turn, each live slave holding vectors of the most terms of the query, so that \
+             the fewest partial results travel to it (the default); every live slave in turn \
+             when none holds any",
+        ),
+        (
+            CoordinatorPolicy::Random,
+            "random",
+            "A live slave at random",
+        ),
+        (
+            CoordinatorPolicy::Bandwidth,
+            "bandwidth",
+            "The live slave that holds the most of the query's vectors, so the fewest vectors \
+             cross the network to it",
+        ),
+    ];
 }
 
 impl FromStr for CoordinatorPolicy {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "round-robin" => Ok(CoordinatorPolicy::RoundRobin),
-            "random" => Ok(CoordinatorPolicy::Random),
-            "bandwidth" => Ok(CoordinatorPolicy::Bandwidth),
-            other => Err(format!(
-                "unknown coordinator policy {other:?}: use round-robin, random or bandwidth"
-            )),
-        }
+        named(&Self::NAMES, s, "coordinator policy")
     }
 }
 
 impl fmt::Display for CoordinatorPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CoordinatorPolicy::RoundRobin => "round-robin",
-            CoordinatorPolicy::Random => "random",
-            CoordinatorPolicy::Bandwidth => "bandwidth",
-        })
+        f.write_str(name_of(&Self::NAMES, *self))
     }
 }
 
-/// How the master has a query's term vectors gathered (`--plan`).
+/// How the master has a query's term vectors gathered (`--plan`;
+/// [`PlanChoice::NAMES`] says what each does).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum PlanChoice {
-    /// Fan-out unless the coordinator would receive too many partial
-    /// results at once (the default).
+    /// `auto`, the default.
     #[default]
     Auto,
-    /// One handler chain per term, machine to machine.
+    /// `chain`.
     Chain,
-    /// Every machine ORs its vids of every term and answers the coordinator.
+    /// `fan-out`.
     FanOut,
+}
+
+impl PlanChoice {
+    /// Every plan, with its name (what [`FromStr`] reads and
+    /// [`fmt::Display`] writes) and what it does.
+    pub const NAMES: [(Self, &'static str, &'static str); 3] = [
+        (
+            PlanChoice::Auto,
+            "auto",
+            "Fan-out unless the coordinator would receive too many partial results at once \
+             (the default)",
+        ),
+        (
+            PlanChoice::Chain,
+            "chain",
+            "One handler chain per term, machine to machine",
+        ),
+        (
+            PlanChoice::FanOut,
+            "fan-out",
+            "Every machine ORs its vids of every term and answers the coordinator",
+        ),
+    ];
 }
 
 impl FromStr for PlanChoice {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(PlanChoice::Auto),
-            "chain" => Ok(PlanChoice::Chain),
-            "fan-out" => Ok(PlanChoice::FanOut),
-            other => Err(format!(
-                "unknown plan {other:?}: use auto, chain or fan-out"
-            )),
-        }
+        named(&Self::NAMES, s, "plan")
     }
 }
 
 impl fmt::Display for PlanChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            PlanChoice::Auto => "auto",
-            PlanChoice::Chain => "chain",
-            PlanChoice::FanOut => "fan-out",
-        })
+        f.write_str(name_of(&Self::NAMES, *self))
     }
+}
+
+/// The value named `name` in `names`, or an error naming every name.
+fn named<T: Copy>(names: &[(T, &str, &str)], name: &str, what: &str) -> Result<T, String> {
+    match names.iter().find(|(_, n, _)| *n == name) {
+        Some(&(value, _, _)) => Ok(value),
+        None => {
+            let all: Vec<&str> = names.iter().map(|(_, n, _)| *n).collect();
+            Err(format!("unknown {what} {name:?}: use {}", all.join(", ")))
+        }
+    }
+}
+
+/// The name of `value` in `names`.
+fn name_of<T: Copy + PartialEq>(names: &[(T, &'static str, &str)], value: T) -> &'static str {
+    names
+        .iter()
+        .find(|(v, _, _)| *v == value)
+        .map(|(_, name, _)| *name)
+        .expect("every value has a name")
 }
 
 /// The most partial results a fan-out may send its coordinator. Each is up
