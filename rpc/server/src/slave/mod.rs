@@ -401,25 +401,20 @@ impl Slave {
         })
     }
 
-    /// Whether entry `index` of a chain's machine table names this process
-    /// (`Err` with the reason when it names another session).
-    pub(crate) fn check_machine(
+    /// Why entry `index` of a chain's machine table is not this process,
+    /// if it names another session; an error if the table has no such entry.
+    pub(crate) fn machine_differs(
         &self,
         machines: handler::Machines<'_>,
         index: u32,
-    ) -> capnp::Result<Result<(), String>> {
+    ) -> capnp::Result<Option<String>> {
         if index >= machines.len() {
             return Err(wire::failed(format!(
                 "a call names machine {index} of a table of {}",
                 machines.len()
             )));
         }
-        Ok(
-            match self.session_differs(machines.get(index).get_session()) {
-                None => Ok(()),
-                Some(reason) => Err(reason),
-            },
-        )
+        Ok(self.session_differs(machines.get(index).get_session()))
     }
 
     /// The epoch and place of a write's `stamp`, if it is for this process.
