@@ -49,6 +49,11 @@ impl Error {
         }
     }
 
+    /// An answer of the master's that does not read.
+    pub(crate) fn unreadable(err: capnp::Error) -> Error {
+        Error::Protocol(err.to_string())
+    }
+
     pub(crate) fn read(reader: error::Reader<'_>) -> Error {
         let text = |t: capnp::Result<capnp::text::Reader<'_>>| {
             t.ok()

@@ -224,16 +224,17 @@ impl Link {
             Format::Count => WireFormat::Count,
         });
         let response = request.send().promise.await.map_err(|e| self.lost(e))?;
-        let answer = (|| -> capnp::Result<Result<Answer, Error>> {
-            let result = response.get()?.get_result()?;
-            Ok(match result.which()? {
-                result::Words(words) => Ok(Answer::Words(net::keep_received(words?))),
-                result::Roaring(bytes) => Ok(Answer::Roaring(net::keep_received(bytes?))),
-                result::Count(count) => Ok(Answer::Count(count)),
-                result::Error(error) => Err(Error::read(error?)),
-            })
-        })();
-        answer.map_err(|e| Error::Protocol(e.to_string()))?
+        let which = (|| Ok(response.get()?.get_result()?.which()?))();
+        match which.map_err(Error::unreadable)? {
+            result::Words(words) => Ok(Answer::Words(net::keep_received(
+                words.map_err(Error::unreadable)?,
+            ))),
+            result::Roaring(bytes) => Ok(Answer::Roaring(net::keep_received(
+                bytes.map_err(Error::unreadable)?,
+            ))),
+            result::Count(count) => Ok(Answer::Count(count)),
+            result::Error(error) => Err(Error::read(error.map_err(Error::unreadable)?)),
+        }
     }
 
     async fn import(
@@ -244,13 +245,11 @@ impl Link {
         let mut request = connection.client.import_request();
         copy_vectors(message, |vectors| request.get().set_vectors(vectors))?;
         let response = request.send().promise.await.map_err(|e| self.lost(e))?;
-        let outcome = (|| -> capnp::Result<Result<(), Error>> {
-            Ok(match response.get()?.get_outcome()?.which()? {
-                outcome::Ok(()) => Ok(()),
-                outcome::Error(error) => Err(Error::read(error?)),
-            })
-        })();
-        outcome.map_err(|e| Error::Protocol(e.to_string()))?
+        let which = (|| Ok(response.get()?.get_outcome()?.which()?))();
+        match which.map_err(Error::unreadable)? {
+            outcome::Ok(()) => Ok(()),
+            outcome::Error(error) => Err(Error::read(error.map_err(Error::unreadable)?)),
+        }
     }
 
     async fn clear(
@@ -282,23 +281,21 @@ impl Link {
         let mut request = connection.client.rebalance_request();
         request.get().set_most(most);
         let response = request.send().promise.await.map_err(|e| self.lost(e))?;
-        let read = (|| -> capnp::Result<Result<MoveProgress, Error>> {
-            Ok(match response.get()?.get_outcome()?.which()? {
-                move_outcome::Progress(p) => {
-                    let p = p?;
-                    Ok(MoveProgress {
-                        done: p.get_done(),
-                        total: p.get_total(),
-                        copied: p.get_copied(),
-                        copied_bytes: p.get_copied_bytes(),
-                        removed: p.get_removed(),
-                        finished: p.get_finished(),
-                    })
-                }
-                move_outcome::Error(error) => Err(Error::read(error?)),
-            })
-        })();
-        read.map_err(|e| Error::Protocol(e.to_string()))?
+        let which = (|| Ok(response.get()?.get_outcome()?.which()?))();
+        match which.map_err(Error::unreadable)? {
+            move_outcome::Progress(p) => {
+                let p = p.map_err(Error::unreadable)?;
+                Ok(MoveProgress {
+                    done: p.get_done(),
+                    total: p.get_total(),
+                    copied: p.get_copied(),
+                    copied_bytes: p.get_copied_bytes(),
+                    removed: p.get_removed(),
+                    finished: p.get_finished(),
+                })
+            }
+            move_outcome::Error(error) => Err(Error::read(error.map_err(Error::unreadable)?)),
+        }
     }
 
     async fn placement(&self) -> Result<PlacementReport, Error> {
@@ -315,7 +312,7 @@ impl Link {
                 moving: r.get_moving(),
             })
         })();
-        read.map_err(|e| Error::Protocol(e.to_string()))
+        read.map_err(Error::unreadable)
     }
 
     async fn status(&self) -> Result<Vec<SlaveStatus>, Error> {
@@ -348,7 +345,7 @@ impl Link {
                 })
                 .collect()
         })();
-        slaves.map_err(|e| Error::Protocol(e.to_string()))
+        slaves.map_err(Error::unreadable)
     }
 }
 
@@ -366,13 +363,11 @@ fn copy_vectors(
 
 /// The count of an update's outcome, or its error.
 fn update_changed(outcome: capnp::Result<update_outcome::Reader<'_>>) -> Result<u64, Error> {
-    let read = (|| -> capnp::Result<Result<u64, Error>> {
-        Ok(match outcome?.which()? {
-            update_outcome::Changed(changed) => Ok(changed),
-            update_outcome::Error(error) => Err(Error::read(error?)),
-        })
-    })();
-    read.map_err(|e| Error::Protocol(e.to_string()))?
+    let which = outcome.and_then(|outcome| Ok(outcome.which()?));
+    match which.map_err(Error::unreadable)? {
+        update_outcome::Changed(changed) => Ok(changed),
+        update_outcome::Error(error) => Err(Error::read(error.map_err(Error::unreadable)?)),
+    }
 }
 
 /// Whether `err` is the end of a connection the peer closed without

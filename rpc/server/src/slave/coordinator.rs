@@ -55,20 +55,39 @@ impl TermParts<'_> {
     }
 }
 
+/// Why a term has no parts to AND.
+enum NoParts {
+    /// A machine of its chain failed: the answer names it.
+    Failed(FailedMachine),
+    /// A reply did not read: the call fails with it.
+    Unreadable(capnp::Error),
+}
+
+impl From<capnp::Error> for NoParts {
+    fn from(err: capnp::Error) -> Self {
+        NoParts::Unreadable(err)
+    }
+}
+
 impl TermVector {
-    /// The term's parts, read in place; or the machine that failed.
-    fn parts(&self) -> capnp::Result<Result<TermParts<'_>, FailedMachine>> {
-        let wire = |parts| Ok(Ok(TermParts::Wire(parts)));
+    /// The term's parts, read in place.
+    fn parts(&self) -> Result<TermParts<'_>, NoParts> {
         match self {
-            TermVector::Empty => wire(Vec::new()),
-            TermVector::Union(union) => Ok(Ok(TermParts::Union(union))),
-            TermVector::Remote(response) => match response.get()?.get_result()?.which()? {
-                query_return_value::Vector(list) => {
-                    wire(wire::read_partial(list?, &mut HoleBudget::per_message())?)
+            TermVector::Empty => Ok(TermParts::Wire(Vec::new())),
+            TermVector::Union(union) => Ok(TermParts::Union(union)),
+            TermVector::Remote(response) => {
+                let which = response.get()?.get_result()?.which();
+                match which.map_err(capnp::Error::from)? {
+                    query_return_value::Vector(list) => Ok(TermParts::Wire(wire::read_partial(
+                        list?,
+                        &mut HoleBudget::per_message(),
+                    )?)),
+                    query_return_value::FailedMachine(failed) => {
+                        Err(NoParts::Failed(FailedMachine::read(failed?)?))
+                    }
                 }
-                query_return_value::FailedMachine(failed) => Ok(Err(FailedMachine::read(failed?)?)),
-            },
-            TermVector::Failed(failed) => Ok(Err(failed.clone())),
+            }
+            TermVector::Failed(failed) => Err(NoParts::Failed(failed.clone())),
         }
     }
 }
@@ -99,10 +118,7 @@ async fn start_chain(
         handler::handle_hop(slave, machines, nodes, &[], budget, end, began).await?
     } else {
         let forwarded = handler::forward(slave, machines, nodes, 0, budget, reporting.on, |_| {});
-        match forwarded.await? {
-            Ok(response) => (Step::Forwarded(response), None),
-            Err(failed) => (Step::Failed(failed), None),
-        }
+        (forwarded.await?, None)
     };
     let mut hops: Vec<Hop> = own.into_iter().collect();
     if let (true, Step::Forwarded(response)) = (reporting.on, &step) {
@@ -202,7 +218,7 @@ pub(crate) async fn coordinate(
     for nodes in chains.iter() {
         wire::check_sized(nodes?, "chain nodes")?;
     }
-    if let Err(reason) = slave.check_machine(machines, you)? {
+    if let Some(reason) = slave.machine_differs(machines, you)? {
         return Err(wire::failed(reason));
     }
     if params.get_plan()? == PlanKind::FanOut {
@@ -278,7 +294,7 @@ async fn fan_out(
         report,
     } = how;
     let mut hops = report.then(Vec::new);
-    let gathered = if want == Want::Vector && chains.len() == 1 {
+    let failures = if want == Want::Vector && chains.len() == 1 {
         // One term: its vector is the answer, written straight into the reply.
         let ends: &mut [&mut dyn TermEnd] = &mut [&mut results];
         fan_out::term_vectors(slave, machines, you, chains, budget, ends, hops.as_mut()).await?
@@ -295,19 +311,18 @@ async fn fan_out(
             &mut ends,
             hops.as_mut(),
         );
-        match gathered.await? {
-            Ok(()) => {
-                let outcomes: Vec<TermVector> = unions.into_iter().map(TermVector::Union).collect();
-                let and = hops.map(|hops| And { you, hops });
-                return and_terms(&outcomes, want, and, results);
-            }
-            Err(failures) => Err(failures),
+        let failures = gathered.await?;
+        if failures.is_empty() {
+            let outcomes: Vec<TermVector> = unions.into_iter().map(TermVector::Union).collect();
+            let and = hops.map(|hops| And { you, hops });
+            return and_terms(&outcomes, want, and, results);
         }
+        failures
     };
     if let Some(hops) = &hops {
         hop::write_all(results.get().init_hops(hops.len() as u32), hops);
     }
-    if let Err(failures) = gathered {
+    if !failures.is_empty() {
         write_failures(&failures, results);
     }
     Ok(())
@@ -337,13 +352,14 @@ fn and_terms(
     let mut term_parts = Vec::with_capacity(outcomes.len());
     let mut failures: Vec<FailedMachine> = Vec::new();
     for outcome in outcomes {
-        match outcome.parts()? {
+        match outcome.parts() {
             Ok(parts) => term_parts.push(parts),
-            Err(failed) => {
+            Err(NoParts::Failed(failed)) => {
                 if !failures.iter().any(|f| f.name == failed.name) {
                     failures.push(failed);
                 }
             }
+            Err(NoParts::Unreadable(err)) => return Err(err),
         }
     }
     if !failures.is_empty() {

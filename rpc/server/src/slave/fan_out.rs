@@ -167,8 +167,9 @@ async fn ask(
     Ok(Gathered::Terms(replies))
 }
 
-/// The term vectors of `chains` gathered by fan-out, each put into its
-/// own `end`; or every machine that failed. With `hops`, every
+/// Gathers the term vectors of `chains` by fan-out and puts each into its
+/// own `end`; returns every machine that failed, and then puts none (none
+/// failed when they were put). With `hops`, every
 /// machine's gather report is added to it, the coordinator's own (its
 /// vids, and the unions it wrote) last.
 pub(crate) async fn term_vectors(
@@ -179,7 +180,7 @@ pub(crate) async fn term_vectors(
     budget: Budget,
     ends: &mut [&mut dyn TermEnd],
     mut hops: Option<&mut Vec<Hop>>,
-) -> capnp::Result<Result<(), Vec<FailedMachine>>> {
+) -> capnp::Result<Vec<FailedMachine>> {
     let by_machine = by_machine(chains);
     let report = hops.is_some();
     let asked: Vec<_> = by_machine
@@ -226,7 +227,7 @@ pub(crate) async fn term_vectors(
     }
     if !failures.is_empty() {
         failures.dedup_by(|a, b| a.name == b.name);
-        return Ok(Err(failures));
+        return Ok(failures);
     }
     let mut remote: Vec<Vec<WirePart<'_>>> = chains.iter().map(|_| Vec::new()).collect();
     for replies in &responses {
@@ -256,7 +257,7 @@ pub(crate) async fn term_vectors(
         let hop = Hop::ending_now(you, HopKind::Gather, began, own_vids, own_read, sent);
         hops.push(hop);
     }
-    Ok(Ok(()))
+    Ok(Vec::new())
 }
 
 #[cfg(test)]

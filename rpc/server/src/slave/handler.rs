@@ -123,7 +123,7 @@ pub(crate) async fn handle_hop(
     for node in nodes.iter().take_while(|n| n.get_machine() == here) {
         runs.push(Node::read(node)?.run);
     }
-    if let Err(reason) = slave.check_machine(machines, here)? {
+    if let Some(reason) = slave.machine_differs(machines, here)? {
         return Ok((
             Step::Failed(FailedMachine::at(machines, here, reason)?),
             None,
@@ -155,7 +155,7 @@ pub(crate) async fn handle_hop(
         report_sent(end.put(plan, &inputs));
         return Ok((Step::Ended, sent.get()));
     }
-    let answer = forward(
+    let step = forward(
         slave,
         machines,
         nodes,
@@ -168,18 +168,14 @@ pub(crate) async fn handle_hop(
         },
     )
     .await?;
-    let step = match answer {
-        Ok(response) => Step::Forwarded(response),
-        Err(failed) => Step::Failed(failed),
-    };
     Ok((step, sent.get()))
 }
 
 /// Calls `Slave.handle` on the machine of `nodes[from]` with the rest of the
 /// chain from there and the partial result `write_partial` writes into the
-/// request, asking for hop reports when `report`; a
-/// machine that cannot be reached or does not answer in time is reported
-/// as failed.
+/// request, asking for hop reports when `report`: its reply, or `Failed`
+/// for a machine that cannot be reached or does not answer in time (never
+/// `Ended`).
 pub(crate) async fn forward(
     slave: &Slave,
     machines: Machines<'_>,
@@ -188,9 +184,9 @@ pub(crate) async fn forward(
     budget: Budget,
     report: bool,
     write_partial: impl FnOnce(slave::handle_params::Builder<'_>),
-) -> capnp::Result<Result<Response<slave::handle_results::Owned>, FailedMachine>> {
+) -> capnp::Result<Step> {
     let next = nodes.get(from).get_machine();
-    let fail = |reason: String| Ok(Err(FailedMachine::at(machines, next, reason)?));
+    let fail = |reason: String| Ok(Step::Failed(FailedMachine::at(machines, next, reason)?));
     let rest = nodes.len() - from;
     let levels_below = hops(nodes.iter().skip(from as usize).map(|n| n.get_machine())) - 1;
     let Some(time) = budget.call(levels_below) else {
@@ -223,7 +219,7 @@ pub(crate) async fn forward(
         })
         .await;
     match forwarded {
-        Ok(response) => Ok(Ok(response)),
+        Ok(response) => Ok(Step::Forwarded(response)),
         Err(reason) => fail(reason),
     }
 }

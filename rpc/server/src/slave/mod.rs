@@ -25,7 +25,9 @@ pub(crate) use pull::read_copies;
 use writes::concatenate;
 #[cfg(feature = "fuzzing")]
 pub(crate) use writes::{ChangeView, change_views, import_views, read_changes, read_import};
-use writes::{fenced, import_batch, log_applied_already, stage_batch, update_batch, write_changed};
+use writes::{
+    WriteError, fenced, import_batch, log_applied_already, stage_batch, update_batch, write_changed,
+};
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -230,14 +232,16 @@ impl slave::Server for Slave {
         if stage {
             let staged = tokio::task::spawn_blocking(move || stage_batch(&store, &batch))
                 .await
-                .map_err(wire::failed)??;
-            let mut outcome = results.get().init_outcome();
+                .map_err(wire::failed)?;
             match staged {
                 Ok(staged) => {
                     self.keep_staged(stamp, staged);
-                    outcome.set_ok(());
+                    results.get().init_outcome().set_ok(());
                 }
-                Err(err) => self.write_imported(&mut outcome, stamp, Err(err)),
+                Err(WriteError::Store(err)) => {
+                    self.write_imported(&mut results.get().init_outcome(), stamp, Err(err));
+                }
+                Err(WriteError::Malformed(err)) => return Err(err),
             }
             self.write_state(results.get().init_state());
             return Ok(());
@@ -245,7 +249,12 @@ impl slave::Server for Slave {
         let stored =
             tokio::task::spawn_blocking(move || import_batch(&store, epoch, stamp, &batch))
                 .await
-                .map_err(wire::failed)??;
+                .map_err(wire::failed)?;
+        let stored = match stored {
+            Err(WriteError::Malformed(err)) => return Err(err),
+            Err(WriteError::Store(err)) => Err(err),
+            Ok(stored) => Ok(stored),
+        };
         self.write_imported(&mut results.get().init_outcome(), stamp, stored);
         self.write_state(results.get().init_state());
         Ok(())
@@ -303,7 +312,12 @@ impl slave::Server for Slave {
         let applied =
             tokio::task::spawn_blocking(move || update_batch(&store, epoch, stamp, &batch))
                 .await
-                .map_err(wire::failed)??;
+                .map_err(wire::failed)?;
+        let applied = match applied {
+            Err(WriteError::Malformed(err)) => return Err(err),
+            Err(WriteError::Store(err)) => Err(err),
+            Ok(applied) => Ok(applied),
+        };
         write_changed(
             results.get().init_result(),
             stamp,
@@ -387,25 +401,20 @@ impl Slave {
         })
     }
 
-    /// Whether entry `index` of a chain's machine table names this process
-    /// (`Err` with the reason when it names another session).
-    pub(crate) fn check_machine(
+    /// Why entry `index` of a chain's machine table is not this process,
+    /// if it names another session; an error if the table has no such entry.
+    pub(crate) fn machine_differs(
         &self,
         machines: handler::Machines<'_>,
         index: u32,
-    ) -> capnp::Result<Result<(), String>> {
+    ) -> capnp::Result<Option<String>> {
         if index >= machines.len() {
             return Err(wire::failed(format!(
                 "a call names machine {index} of a table of {}",
                 machines.len()
             )));
         }
-        Ok(
-            match self.session_differs(machines.get(index).get_session()) {
-                None => Ok(()),
-                Some(reason) => Err(reason),
-            },
-        )
+        Ok(self.session_differs(machines.get(index).get_session()))
     }
 
     /// The epoch and place of a write's `stamp`, if it is for this process.

@@ -10,6 +10,17 @@ use bitfold_engine::{ContainerRef, VectorBuf, VectorPart};
 use crate::bitfold_capnp::{change, change_result, vid_vector};
 use crate::wire;
 
+/// Why a write was not done.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WriteError {
+    /// The request did not read or validate: the call fails with it.
+    #[error(transparent)]
+    Malformed(#[from] capnp::Error),
+    /// The store failed it: the outcome says so.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// Validates the vectors of an import message and stores them durably as
 /// write `stamp` of a master of `epoch` (fenced: [`Store::import_at`]).
 pub(crate) fn import_batch(
@@ -17,9 +28,9 @@ pub(crate) fn import_batch(
     epoch: u64,
     stamp: Stamp,
     message: &capnp::message::Builder<capnp::message::HeapAllocator>,
-) -> capnp::Result<Result<Fenced<ImportStats>, StoreError>> {
+) -> Result<Fenced<ImportStats>, WriteError> {
     let parts = read_import(message.get_root_as_reader()?)?;
-    Ok(store.import_at(epoch, stamp, &import_views(&parts)?))
+    Ok(store.import_at(epoch, stamp, &import_views(&parts)?)?)
 }
 
 /// Validates the vectors of an import message and writes them as a staged
@@ -27,9 +38,9 @@ pub(crate) fn import_batch(
 pub(super) fn stage_batch(
     store: &Store,
     message: &capnp::message::Builder<capnp::message::HeapAllocator>,
-) -> capnp::Result<Result<Staged, StoreError>> {
+) -> Result<Staged, WriteError> {
     let parts = read_import(message.get_root_as_reader()?)?;
-    Ok(store.stage(&import_views(&parts)?))
+    Ok(store.stage(&import_views(&parts)?)?)
 }
 
 /// Why a write was refused by the fence, naming the newer epoch.
@@ -115,7 +126,7 @@ pub(super) fn update_batch(
     epoch: u64,
     stamp: Stamp,
     message: &capnp::message::Builder<capnp::message::HeapAllocator>,
-) -> capnp::Result<Result<Fenced<Vec<u64>>, StoreError>> {
+) -> Result<Fenced<Vec<u64>>, WriteError> {
     let read = read_changes(message.get_root_as_reader()?)?;
     let changes = change_views(&read)?;
     let batch: Vec<Update<'_>> = changes
@@ -130,13 +141,11 @@ pub(super) fn update_batch(
             }
         })
         .collect();
-    Ok(store
-        .update_at(epoch, stamp, &batch)
-        .map(|fenced| match fenced {
-            Fenced::Applied(stats) => Fenced::Applied(stats.changed),
-            Fenced::AlreadyApplied(at) => Fenced::AlreadyApplied(at),
-            Fenced::OlderEpoch(newer) => Fenced::OlderEpoch(newer),
-        }))
+    Ok(match store.update_at(epoch, stamp, &batch)? {
+        Fenced::Applied(stats) => Fenced::Applied(stats.changed),
+        Fenced::AlreadyApplied(at) => Fenced::AlreadyApplied(at),
+        Fenced::OlderEpoch(newer) => Fenced::OlderEpoch(newer),
+    })
 }
 
 /// One change of an update, read from its message: its vid, what it does,
@@ -256,9 +265,7 @@ mod tests {
             0,
             "nothing of it is stored"
         );
-        import_batch(&store, 1, stamp(2), &vectors(3))
-            .unwrap()
-            .unwrap();
+        import_batch(&store, 1, stamp(2), &vectors(3)).unwrap();
         assert_eq!(store.snapshot().vids().collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!(store.identity().applied, stamp(2));
     }
