@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bitfold_client::Format;
+use bitfold_proto::names::Named;
 use bitfold_server::master::{CoordinatorPolicy, PlanChoice};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -477,7 +478,7 @@ Examples:
 /// names, each listed in `--help` with what it does, from the enum's own
 /// table (`NAMES`), so that the library and the command line read the same
 /// names.
-fn named<T>(names: &'static [(T, &'static str, &'static str)]) -> impl TypedValueParser<Value = T>
+fn named<T>(names: &'static [Named<T>]) -> impl TypedValueParser<Value = T>
 where
     T: Copy + Send + Sync + 'static,
 {
@@ -485,10 +486,7 @@ where
         .iter()
         .map(|&(_, name, help)| PossibleValue::new(name).help(help));
     PossibleValuesParser::new(values).map(move |name| {
-        names
-            .iter()
-            .find(|(_, n, _)| *n == name)
-            .map(|&(value, _, _)| value)
+        bitfold_proto::names::parse(names, &name, "value")
             .expect("clap accepts only the listed names")
     })
 }

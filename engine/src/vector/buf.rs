@@ -104,13 +104,7 @@ impl VectorBuf {
                     dense_positions(words, count, &mut positions);
                     buf.push_sparse(key, &positions)
                 }
-                ContainerRef::Sparse(values) => {
-                    let mut words = [0u64; CONTAINER_WORDS];
-                    for &low in values {
-                        words[usize::from(low) / 64] |= 1 << (low % 64);
-                    }
-                    buf.push_dense(key, &words)
-                }
+                ContainerRef::Sparse(values) => buf.push_dense(key, &dense_words(values)),
             };
             pushed.expect("a part's containers ascend and are valid");
         }
@@ -177,12 +171,8 @@ impl VectorBuf {
             return Err(PushError::BadSparse { key });
         }
         self.check_order(key)?;
-        let mut words = [0u64; CONTAINER_WORDS];
-        for &low in values {
-            words[usize::from(low) / 64] |= 1 << (low % 64);
-        }
         self.dense_keys.push(key);
-        self.dense_words.extend_from_slice(&words);
+        self.dense_words.extend_from_slice(&dense_words(values));
         Ok(())
     }
 
@@ -200,6 +190,15 @@ impl VectorBuf {
         dense_positions(words, count, &mut positions);
         self.push_sparse(key, &positions)
     }
+}
+
+/// The words of the container whose set positions are `values`.
+fn dense_words(values: &[u16]) -> DenseContainer {
+    let mut words = [0u64; CONTAINER_WORDS];
+    for &low in values {
+        words[usize::from(low) / 64] |= 1 << (low % 64);
+    }
+    words
 }
 
 /// Sets `out` to the positions of the bits set in `words`, ascending;

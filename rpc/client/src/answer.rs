@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use bitfold_proto::names::{self, Named};
 use bytes::Bytes;
 
 /// The form of a query's answer (docs/protocol.md §3; [`Format::NAMES`]
@@ -19,7 +20,7 @@ pub enum Format {
 impl Format {
     /// Every form, with its name (what [`fmt::Display`] writes) and what it
     /// holds.
-    pub const NAMES: [(Self, &'static str, &'static str); 3] = [
+    pub const NAMES: [Named<Self>; 3] = [
         (
             Format::Words,
             "words",
@@ -36,11 +37,7 @@ impl Format {
 
 impl fmt::Display for Format {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (_, name, _) = Self::NAMES
-            .iter()
-            .find(|(form, _, _)| form == self)
-            .expect("every form has a name");
-        f.write_str(name)
+        f.write_str(names::name_of(&Self::NAMES, *self))
     }
 }
 

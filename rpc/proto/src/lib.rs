@@ -19,6 +19,7 @@ pub mod budget;
 pub mod chain;
 mod error;
 pub mod hop;
+pub mod names;
 pub mod query;
 pub mod wire;
 

@@ -12,6 +12,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use bitfold_proto::names::{self, Named};
+
 use crate::bitfold_capnp::PlanKind;
 use crate::catalog::Catalog;
 use crate::chain::{self, Node, VidRun};
@@ -35,7 +37,7 @@ pub enum CoordinatorPolicy {
 impl CoordinatorPolicy {
     /// Every policy, with its name (what [`FromStr`] reads and
     /// [`fmt::Display`] writes) and what it does.
-    pub const NAMES: [(Self, &'static str, &'static str); 3] = [
+    pub const NAMES: [Named<Self>; 3] = [
         (
             CoordinatorPolicy::RoundRobin,
             "round-robin",
@@ -61,13 +63,13 @@ impl FromStr for CoordinatorPolicy {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        named(&Self::NAMES, s, "coordinator policy")
+        names::parse(&Self::NAMES, s, "coordinator policy")
     }
 }
 
 impl fmt::Display for CoordinatorPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(name_of(&Self::NAMES, *self))
+        f.write_str(names::name_of(&Self::NAMES, *self))
     }
 }
 
@@ -87,7 +89,7 @@ pub enum PlanChoice {
 impl PlanChoice {
     /// Every plan, with its name (what [`FromStr`] reads and
     /// [`fmt::Display`] writes) and what it does.
-    pub const NAMES: [(Self, &'static str, &'static str); 3] = [
+    pub const NAMES: [Named<Self>; 3] = [
         (
             PlanChoice::Auto,
             "auto",
@@ -111,34 +113,14 @@ impl FromStr for PlanChoice {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        named(&Self::NAMES, s, "plan")
+        names::parse(&Self::NAMES, s, "plan")
     }
 }
 
 impl fmt::Display for PlanChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(name_of(&Self::NAMES, *self))
+        f.write_str(names::name_of(&Self::NAMES, *self))
     }
-}
-
-/// The value named `name` in `names`, or an error naming every name.
-fn named<T: Copy>(names: &[(T, &str, &str)], name: &str, what: &str) -> Result<T, String> {
-    match names.iter().find(|(_, n, _)| *n == name) {
-        Some(&(value, _, _)) => Ok(value),
-        None => {
-            let all: Vec<&str> = names.iter().map(|(_, n, _)| *n).collect();
-            Err(format!("unknown {what} {name:?}: use {}", all.join(", ")))
-        }
-    }
-}
-
-/// The name of `value` in `names`.
-fn name_of<T: Copy + PartialEq>(names: &[(T, &'static str, &str)], value: T) -> &'static str {
-    names
-        .iter()
-        .find(|(v, _, _)| *v == value)
-        .map(|(_, name, _)| *name)
-        .expect("every value has a name")
 }
 
 /// The most partial results a fan-out may send its coordinator. Each is up
