@@ -153,7 +153,7 @@ impl Master {
         budget: Budget,
         trace: &Trace,
     ) -> Result<Found, Failure> {
-        if !self.catalog.borrow().contains(vid) {
+        if !self.records.catalog().contains(vid) {
             return Err(Failure::new(
                 ErrorKind::NotFound,
                 format!("vector {vid} not found"),
@@ -181,7 +181,7 @@ impl Master {
                 placement: layout.current.placement(),
                 most: self.options.max_query_vectors,
             };
-            plan::plan(terms, &self.catalog.borrow(), shape, self.serving())
+            plan::plan(terms, &self.records.catalog(), shape, self.serving())
         };
         let mut chains = match plan {
             Plan::Empty => return Ok(Attempt::Found(Found::Empty)),
@@ -201,9 +201,8 @@ impl Master {
             }
             Plan::Chains(chains) => chains,
         };
-        let turn = self.turn.get();
-        self.turn.set(turn.wrapping_add(1));
-        let live = self.live();
+        let turn = self.turn.take();
+        let live = self.slaves.live();
         let Some(coordinator) = plan::coordinator(self.options.policy, &chains, &live, turn) else {
             return Err(self.unavailable("no slave is up".into(), &(0..slaves).collect::<Vec<_>>()));
         };
@@ -304,7 +303,7 @@ impl Master {
             .call(addr, time.wait, |client| {
                 let mut request = client.fetch_request();
                 request.get().set_vid(vid);
-                request.get().set_session(self.session(owner));
+                request.get().set_session(self.slaves.session(owner));
                 request
                     .get()
                     .set_want(if count { Want::Count } else { Want::Vector });
@@ -377,7 +376,7 @@ impl Master {
             let mut machine = list.reborrow().get(i as u32);
             machine.set_name(entry.name.as_str());
             machine.set_addr(entry.addr.as_str());
-            machine.set_session(self.session(i));
+            machine.set_session(self.slaves.session(i));
         }
     }
 

@@ -81,7 +81,7 @@ impl Master {
     /// Groups `vids` by the first of their owners that serves them.
     fn sources(&self, layout: &Layout, vids: &[u64]) -> Result<Vec<Source>, Failure> {
         let mut by_source: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-        let holding = self.holding();
+        let holding = self.slaves.holding();
         for &vid in vids {
             let owners = layout.read_owners(vid);
             let Some(source) = owners
@@ -118,13 +118,20 @@ impl Master {
             let asked = &rest[..rest.len().min(wire::MAX_FETCH_VIDS as usize)];
             let mut stale = 0;
             let answered = loop {
-                let write = self.write_number().await.map_err(CopyError::Send)?;
+                let write = self.fence.write_number().await.map_err(CopyError::Send)?;
                 let response = self
                     .pool
                     .call(to, self.options.import_timeout, |client| {
                         let mut request = client.pull_request();
-                        self.stamp(request.get().init_stamp(), self.session(owner), write, 0);
-                        request.get().set_from_session(self.session(source.slave));
+                        self.stamp(
+                            request.get().init_stamp(),
+                            self.slaves.session(owner),
+                            write,
+                            0,
+                        );
+                        request
+                            .get()
+                            .set_from_session(self.slaves.session(source.slave));
                         request.get().set_from(from.as_str());
                         request.get().set_vids(bytemuck::cast_slice(asked));
                         request.get().set_max_bytes(ROUND_BYTES);

@@ -4,53 +4,85 @@
 //! slave's fence orders writes by. What a slave answers of its store tells
 //! the master how far its writes have reached it.
 
+use std::cell::RefCell;
+
+use bitfold_engine::store::StoreError;
+
 use super::Master;
+use super::ledger::{KnownStore, Ledger};
 use crate::bitfold_capnp::{outcome, stamp, store_state};
 
-impl Master {
+/// The ledger as the master serves from it: the epoch its writes carry, the
+/// write numbers it gives out (each block reserved durably before its first
+/// number is used) and the stores it checked, recorded one record at a
+/// time: two at once would write one file together, and an older one
+/// finishing last would undo a newer.
+pub(super) struct Fence {
+    ledger: RefCell<Ledger>,
+    /// Held while the ledger is recorded.
+    recording: tokio::sync::Mutex<()>,
+}
+
+impl Fence {
+    /// Serves from `ledger`, as a start left it.
+    pub(super) fn new(ledger: Ledger) -> Fence {
+        Fence {
+            ledger: RefCell::new(ledger),
+            recording: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// This master's epoch.
+    pub(super) fn epoch(&self) -> u64 {
+        self.ledger.borrow().epoch()
+    }
+
     /// A new write number (the ledger's next block recorded first, when
     /// this one starts it); an error says the master could not record it.
     pub(super) async fn write_number(&self) -> Result<u64, String> {
         let (write, record) = self.ledger.borrow_mut().next_write();
         if record {
-            self.record_ledger()
+            self.record()
                 .await
                 .map_err(|e| format!("could not record its write numbers: {e}"))?;
         }
         Ok(write)
     }
 
-    /// Records the ledger as it is now, durably. One record at a time, each
-    /// made when its turn comes: two at once would write one file together,
-    /// and an older one finishing last would undo a newer.
-    pub(super) async fn record_ledger(&self) -> Result<(), bitfold_engine::store::StoreError> {
-        let _one = self.ledger_writes.lock().await;
+    /// What the ledger knows of slave `name`'s store.
+    pub(super) fn store(&self, name: &str) -> Option<KnownStore> {
+        self.ledger.borrow().store(name)
+    }
+
+    /// Notes `known` as slave `name`'s store; whether that changed the
+    /// ledger, which must then be recorded ([`Fence::record`]).
+    pub(super) fn know(&self, name: &str, known: KnownStore) -> bool {
+        self.ledger.borrow_mut().know(name, known)
+    }
+
+    /// Records the ledger as it is now, durably, when its turn comes.
+    pub(super) async fn record(&self) -> Result<(), StoreError> {
+        let _one = self.recording.lock().await;
         let record = self.ledger.borrow().record();
         record.persist().await
     }
+}
 
+impl Master {
     /// Stamps a write to the slave process `session`: the master's epoch,
     /// and piece `piece` of write `write`.
     pub(super) fn stamp(&self, mut out: stamp::Builder<'_>, session: u64, write: u64, piece: u64) {
         out.set_session(session);
-        out.set_epoch(self.ledger.borrow().epoch());
+        out.set_epoch(self.fence.epoch());
         out.set_write(write);
         out.set_piece(piece);
     }
 
-    /// The session of slave `index` that calls name (0, which no process
-    /// has, for a slave the layout no longer has).
-    pub(super) fn session(&self, index: usize) -> u64 {
-        self.slaves.borrow().get(index).map_or(0, |s| s.session)
-    }
-
     /// Notes the last write slave `owner` says its store applied.
     pub(super) fn saw_applied(&self, owner: usize, state: capnp::Result<store_state::Reader<'_>>) {
-        if let Ok(state) = state
-            && let Some(known) = self.slaves.borrow_mut().get_mut(owner)
-            && state.get_store() == known.store
-        {
-            known.applied = known.applied.max(state.get_write());
+        if let Ok(state) = state {
+            self.slaves
+                .saw_applied(owner, state.get_store(), state.get_write());
         }
     }
 

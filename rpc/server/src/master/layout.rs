@@ -1,6 +1,9 @@
 //! Where the master places vectors: the recorded layout reads use and,
 //! while vectors move to a new one (`rebalance`), that target too.
 
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
 use crate::cluster::{ClusterConfig, SlaveEntry};
 
 /// The layout in force, shared (behind an `Rc`) by the calls in flight:
@@ -41,6 +44,74 @@ impl Layout {
             }
         }
         owners
+    }
+}
+
+/// Where vectors are placed now, and how far a move has got: the layout
+/// changes only by the steps of a move, each of which returns the layout it
+/// replaced, so that the per-slave state can be fitted to the new one.
+pub(super) struct Placement {
+    layout: RefCell<Rc<Layout>>,
+    /// During a move, the first vid not yet copied to its new owners.
+    move_next: Cell<u64>,
+}
+
+impl Placement {
+    /// The layout recorded, and during a move the first vid not yet copied.
+    pub(super) fn new(layout: Layout, move_next: u64) -> Placement {
+        Placement {
+            layout: RefCell::new(Rc::new(layout)),
+            move_next: Cell::new(move_next),
+        }
+    }
+
+    /// The layout in force now.
+    pub(super) fn now(&self) -> Rc<Layout> {
+        Rc::clone(&self.layout.borrow())
+    }
+
+    /// During a move, the first vid not yet copied to its new owners.
+    pub(super) fn move_next(&self) -> u64 {
+        self.move_next.get()
+    }
+
+    /// Starts a move to `target`: writes go to the owners under both
+    /// layouts, queries read from the current ones, nothing is copied yet.
+    pub(super) fn begin_move(&self, target: ClusterConfig) -> Rc<Layout> {
+        let old = self.now();
+        self.move_next.set(0);
+        self.install(Layout {
+            current: old.current.clone(),
+            target: Some(target),
+        })
+    }
+
+    /// Notes that every vid before `next` has been copied to its new owners.
+    pub(super) fn copied_before(&self, next: u64) {
+        debug_assert!(self.now().target.is_some(), "copies are made during a move");
+        self.move_next.set(next);
+    }
+
+    /// Makes the move's `target` the layout queries read from (writes still
+    /// go to the owners under both, until [`Placement::end_move`]).
+    pub(super) fn read_from_target(&self, target: ClusterConfig) -> Rc<Layout> {
+        self.install(Layout {
+            current: target.clone(),
+            target: Some(target),
+        })
+    }
+
+    /// Ends the move: its `target` is the one layout.
+    pub(super) fn end_move(&self, target: ClusterConfig) -> Rc<Layout> {
+        self.install(Layout {
+            current: target,
+            target: None,
+        })
+    }
+
+    /// Installs `layout`; returns the one it replaced.
+    fn install(&self, layout: Layout) -> Rc<Layout> {
+        self.layout.replace(Rc::new(layout))
     }
 }
 

@@ -15,6 +15,11 @@
 //! (`import`, `update`), each call stamped so that a slave's fence orders
 //! them (`fence`); a delete waits for the queries planned before it
 //! (`in_flight`).
+//!
+//! The state is owned in parts: where vectors are placed
+//! (`layout::Placement`), what it knows of each slave (`slaves::Slaves`),
+//! the catalog and journal (`records::Records`) and the ledger
+//! (`fence::Fence`), each keeping its invariants.
 
 mod answer;
 mod copy;
@@ -30,6 +35,7 @@ mod plan;
 mod probe;
 mod rebalance;
 mod recorded;
+mod records;
 mod refill;
 mod reply;
 mod slaves;
@@ -44,7 +50,6 @@ pub use options::MasterOptions;
 pub use plan::{CoordinatorPolicy, PlanChoice};
 pub use reply::MAX_DATA_BYTES;
 
-use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -57,12 +62,13 @@ use crate::metrics::{self, MasterMetrics};
 use crate::net::{self, Pool};
 use crate::slave::handler::FailedMachine;
 use bitfold_proto::ErrorKind;
+use fence::Fence;
 use in_flight::InFlight;
-use journal::Journal;
-use layout::Layout;
-use ledger::Ledger;
+use layout::{Layout, Placement};
+use plan::Turn;
+use records::Records;
 use reply::{Failure, write_found};
-use slaves::SlaveState;
+use slaves::Slaves;
 use trace::Trace;
 
 /// Serves until the process is killed; calls `on_ready` with the bound
@@ -82,7 +88,7 @@ pub fn run_until(
         return Err(crate::Error::Config("attempts must be at least 1".into()));
     }
     let catalog = Catalog::open(&options.data_dir).map_err(crate::Error::Catalog)?;
-    let start::Records {
+    let start::OnDisk {
         layout,
         move_next,
         journal,
@@ -92,30 +98,22 @@ pub fn run_until(
     net::block_on_local(async move {
         let listener = crate::bind(&options.listen).await?;
         let addr = crate::local_addr(&listener)?;
-        let slaves = vec![SlaveState::unknown(); layout.slaves().len()];
         let tls = options.tls.clone();
         let state = Rc::new(Master {
             options,
-            catalog: RefCell::new(catalog),
-            slaves: RefCell::new(slaves),
             pool: Pool::new(net::Sent::default(), tls.clone()),
-            turn: Cell::new(0),
-            journal: RefCell::new(journal),
-            ledger: RefCell::new(ledger),
-            ledger_writes: tokio::sync::Mutex::new(()),
-            writes: tokio::sync::Mutex::new(()),
+            slaves: Slaves::new(layout.slaves().len(), missed),
+            placement: Placement::new(layout, move_next),
+            records: Records::new(catalog, journal),
+            fence: Fence::new(ledger),
             in_flight: Rc::new(InFlight::default()),
-            writing: RefCell::default(),
-            lacking: RefCell::new(missed.clone()),
-            missed: RefCell::new(missed),
-            recopied: Cell::new(0),
-            layout: RefCell::new(Rc::new(layout)),
-            move_next: Cell::new(move_next),
+            turn: Turn::default(),
             metrics: MasterMetrics::new(),
             sent: net::Sent::default(),
         });
         state
-            .recover_catalog()
+            .records
+            .recover()
             .await
             .map_err(crate::Error::Config)?;
         if let Some(listen) = &state.options.metrics {
@@ -136,38 +134,23 @@ pub fn run_until(
     })?
 }
 
-/// The master's state, shared by every connection.
+/// The master's state, shared by every connection: each part owned by a
+/// type that keeps its invariants.
 struct Master {
     options: MasterOptions,
-    catalog: RefCell<Catalog>,
-    slaves: RefCell<Vec<SlaveState>>,
     pool: Pool,
-    /// Counts range queries, for round-robin coordinators.
-    turn: Cell<usize>,
-    /// The writes some owners have not applied yet.
-    journal: RefCell<Journal>,
-    /// The master's epoch, its write numbers and each slave's store.
-    ledger: RefCell<Ledger>,
-    /// Held while the ledger is recorded, one record at a time.
-    ledger_writes: tokio::sync::Mutex<()>,
-    /// Held by every write (import, update, catch-up), one at a time.
-    writes: tokio::sync::Mutex<()>,
+    /// Where vectors are placed, and how far a move has got.
+    placement: Placement,
+    /// What it knows of each slave: up or down, and what it lacks.
+    slaves: Slaves,
+    /// The catalog, the journal of pending writes and the write lock.
+    records: Records,
+    /// The epoch and write numbers its writes carry, and the stores checked.
+    fence: Fence,
     /// The queries in flight.
     in_flight: Rc<InFlight>,
-    /// The vids of the write being applied: until it is done, queries read
-    /// them from their primary owner only (`serving`).
-    writing: RefCell<BTreeSet<u64>>,
-    /// Where vectors are placed (replaced whole by `rebalance`).
-    layout: RefCell<Rc<Layout>>,
-    /// During a move, the first vid not yet copied to its new owners.
-    move_next: Cell<u64>,
-    /// Per slave, the vids it owns but does not hold (`refill`).
-    lacking: RefCell<Vec<BTreeSet<u64>>>,
-    /// Per slave, those of `lacking` it may hold but missed writes to (its
-    /// store was replaced), as recorded in the data directory (`missed`).
-    missed: RefCell<Vec<BTreeSet<u64>>>,
-    /// Vectors noted missed copied back since the record was last written.
-    recopied: Cell<usize>,
+    /// Whose turn it is to coordinate, under round robin.
+    turn: Turn,
     /// What it counts for `/metrics`.
     metrics: MasterMetrics,
     /// Bytes its DBMS connections have sent.
@@ -177,7 +160,7 @@ struct Master {
 impl Master {
     /// The layout in force now.
     fn layout(&self) -> Rc<Layout> {
-        Rc::clone(&self.layout.borrow())
+        self.placement.now()
     }
 
     fn slave_name(&self, index: usize) -> String {
@@ -187,8 +170,7 @@ impl Master {
     }
 
     fn mark_down(&self, index: usize, reason: &str) {
-        let was_up = self.slaves.borrow_mut()[index].down(reason.to_owned());
-        if was_up {
+        if self.slaves.down(index, reason) {
             tracing::warn!("slave {} is down: {reason}", self.slave_name(index));
             self.metrics
                 .transition(&self.layout().slaves()[index].name, false);
@@ -208,16 +190,11 @@ impl Master {
 
     /// The `/metrics` page: what it counted, and each slave up or down now.
     fn render_metrics(&self) -> String {
-        let slaves = self.slaves.borrow();
+        let slaves = self.slaves.states();
         let layout = self.layout();
         let names = layout.slaves().iter().map(|s| s.name.as_str());
         let up = slaves.iter().map(|s| s.up);
         self.metrics.render(names.zip(up), self.sent.bytes())
-    }
-
-    fn live(&self) -> Vec<usize> {
-        let slaves = self.slaves.borrow();
-        (0..slaves.len()).filter(|&i| slaves[i].up).collect()
     }
 
     /// An `unavailable` error naming the down `machines` and why they are down.
@@ -226,18 +203,17 @@ impl Master {
             .iter()
             .map(|&i| self.layout().slaves()[i].name.clone())
             .collect();
-        let states = self.slaves.borrow();
-        let lacking = self.lacking.borrow();
+        let states = self.slaves.states();
         let down: Vec<String> = machines
             .iter()
             .map(|&i| match &states[i].reason {
                 Some(reason) => format!("{} is down: {reason}", self.slave_name(i)),
-                None if !lacking[i].is_empty() => format!(
+                None if !self.slaves.lacking(i).is_empty() => format!(
                     "{} is up but lacks {} of its vectors (its store is not the one that \
                      held them: wiped, new or restored from a backup; they are copied back \
                      from other owners where one holds them)",
                     self.slave_name(i),
-                    lacking[i].len()
+                    self.slaves.lacking(i).len()
                 ),
                 None => format!("{} is up", self.slave_name(i)),
             })
@@ -373,9 +349,9 @@ impl Master {
     /// How the catalog's vectors stand: one pass over it.
     fn standing(&self) -> Standing {
         let layout = self.layout();
-        let catalog = self.catalog.borrow();
+        let catalog = self.records.catalog();
         let mut standing = Standing::default();
-        let holding = self.holding();
+        let holding = self.slaves.holding();
         for vid in catalog.range(0, u64::MAX) {
             let owners = layout.read_owners(vid);
             let mut idle = 0;
@@ -389,7 +365,7 @@ impl Master {
             standing.lost += u64::from(idle == owners.len());
             if let Some(target) = &layout.target {
                 standing.misplaced += u64::from(
-                    vid >= self.move_next.get() && target.placement().owners(vid) != owners,
+                    vid >= self.placement.move_next() && target.placement().owners(vid) != owners,
                 );
             }
         }
@@ -400,7 +376,7 @@ impl Master {
     fn placement_report(&self, mut out: crate::bitfold_capnp::placement_report::Builder<'_>) {
         let standing = self.standing();
         let layout = self.layout();
-        let catalog = self.catalog.borrow();
+        let catalog = self.records.catalog();
         out.set_vectors(catalog.len() as u64);
         out.set_under_replicated(standing.under);
         out.set_lost(standing.lost);
@@ -408,7 +384,7 @@ impl Master {
         out.set_moving(layout.target.is_some());
         out.set_move_done(
             catalog
-                .range(0, self.move_next.get().saturating_sub(1))
+                .range(0, self.placement.move_next().saturating_sub(1))
                 .count() as u64,
         );
     }

@@ -466,6 +466,19 @@ pub(crate) fn coordinator(
     })
 }
 
+/// Counts range queries, for round-robin coordinators.
+#[derive(Default)]
+pub(super) struct Turn(std::cell::Cell<usize>);
+
+impl Turn {
+    /// This query's turn; the next one's is one more.
+    pub(super) fn take(&self) -> usize {
+        let turn = self.0.get();
+        self.0.set(turn.wrapping_add(1));
+        turn
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

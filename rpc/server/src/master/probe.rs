@@ -15,13 +15,13 @@
 use std::rc::Rc;
 use std::time::SystemTime;
 
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::MutexGuard;
 
 use super::Master;
 use super::ledger::KnownStore;
+use super::records::Records;
 use super::slaves::Holdings;
 use crate::bitfold_capnp::master;
-use crate::catalog::Catalog;
 
 /// Probes the slaves that need it, forever.
 pub(super) async fn probe_loop(master: Rc<Master>) {
@@ -57,13 +57,13 @@ pub(super) enum Writes {
 }
 
 impl Writes {
-    /// The write lock `writes`, taken unless the caller holds it already;
-    /// `None` when it is busy and the caller only tries.
-    async fn hold(self, writes: &Mutex<()>) -> Option<Option<MutexGuard<'_, ()>>> {
+    /// The write lock of `records`, taken unless the caller holds it
+    /// already; `None` when it is busy and the caller only tries.
+    async fn hold(self, records: &Records) -> Option<Option<MutexGuard<'_, ()>>> {
         match self {
-            Writes::Take => Some(Some(writes.lock().await)),
+            Writes::Take => Some(Some(records.lock().await)),
             Writes::Held => Some(None),
-            Writes::Try => writes.try_lock().ok().map(Some),
+            Writes::Try => records.try_lock().ok().map(Some),
         }
     }
 }
@@ -71,12 +71,7 @@ impl Writes {
 impl Master {
     /// Probes every slave that is down or whose catalog is not merged yet.
     pub(super) async fn probe_round(&self, writes: Writes) {
-        let pending: Vec<usize> = {
-            let slaves = self.slaves.borrow();
-            (0..slaves.len())
-                .filter(|&i| !slaves[i].up || !slaves[i].synced)
-                .collect()
-        };
+        let pending = self.slaves.unsettled();
         futures::future::join_all(pending.into_iter().map(|i| self.probe(i, writes))).await;
     }
 
@@ -109,18 +104,18 @@ impl Master {
         let (Ok(holdings), Ok(seen)) = (counts, seen) else {
             return self.mark_down(index, "it answered health with a malformed message");
         };
-        self.slaves.borrow_mut()[index].holdings = holdings;
-        if seen.session != self.session(index)
+        self.slaves.report(index, holdings);
+        if seen.session != self.slaves.session(index)
             && let Err(reason) = self.check_store(index, seen).await
         {
             return self.mark_down(index, &reason);
         }
-        let synced = self.slaves.borrow()[index].synced;
+        let synced = self.slaves.states()[index].synced;
         if !synced {
             // Updates it missed first: merging its catalog before would
             // bring back the vectors it has not deleted yet.
-            if !self.journal.borrow().waiting_for(index).is_empty() {
-                let Some(_writing) = writes.hold(&self.writes).await else {
+            if !self.records.journal().waiting_for(index).is_empty() {
+                let Some(_writing) = writes.hold(&self.records).await else {
                     return;
                 };
                 if let Err(reason) = self.catch_up(index).await {
@@ -138,7 +133,7 @@ impl Master {
             }
             self.note_lacking(index, &held);
         }
-        if self.slaves.borrow_mut()[index].come_up() {
+        if self.slaves.come_up(index) {
             tracing::info!("slave {} is up", self.slave_name(index));
             self.metrics
                 .transition(&self.layout().slaves()[index].name, true);
@@ -155,9 +150,9 @@ impl Master {
     async fn check_store(&self, index: usize, seen: Seen) -> Result<(), String> {
         let name = self.layout().slaves()[index].name.clone();
         self.mark_down(index, "a new process there: its store is being checked");
-        let known = self.ledger.borrow().store(&name);
+        let known = self.fence.store(&name);
         let replaced = {
-            let state = &self.slaves.borrow()[index];
+            let state = &self.slaves.states()[index];
             let saw = if state.store == seen.store {
                 state.applied
             } else {
@@ -168,14 +163,8 @@ impl Master {
                 Some(known) => known.store != seen.store || seen.applied < known.applied.max(saw),
             }
         };
-        {
-            let mut slaves = self.slaves.borrow_mut();
-            let state = &mut slaves[index];
-            state.session = seen.session;
-            state.store = seen.store;
-            state.applied = seen.applied;
-            state.synced = false;
-        }
+        self.slaves
+            .checked(index, seen.session, seen.store, seen.applied);
         if replaced {
             tracing::warn!(
                 "slave {} holds another store than the one that held its vectors (a wiped or \
@@ -185,12 +174,12 @@ impl Master {
             );
             let layout = self.layout();
             let owned: Vec<u64> = self
-                .catalog
-                .borrow()
+                .records
+                .catalog()
                 .range(0, u64::MAX)
                 .filter(|&v| layout.read_owners(v).contains(&index))
                 .collect();
-            self.note_missed(index, owned);
+            self.slaves.note_missed(index, owned);
             self.record_missed().await?;
         }
         if replaced || known.is_none() {
@@ -205,10 +194,11 @@ impl Master {
 
     /// Records durably in the ledger that slave `name` holds store `known`.
     async fn know_store(&self, name: &str, known: KnownStore) -> Result<(), String> {
-        if !self.ledger.borrow_mut().know(name, known) {
+        if !self.fence.know(name, known) {
             return Ok(());
         }
-        self.record_ledger()
+        self.fence
+            .record()
             .await
             .map_err(|e| format!("the master could not record its store: {e}"))
     }
@@ -221,17 +211,16 @@ impl Master {
         let mut record = false;
         for (index, entry) in layout.slaves().iter().enumerate() {
             let (store, applied) = {
-                let state = &self.slaves.borrow()[index];
+                let state = &self.slaves.states()[index];
                 (state.store, state.applied)
             };
-            let mut ledger = self.ledger.borrow_mut();
-            let known = ledger.store(&entry.name);
+            let known = self.fence.store(&entry.name);
             if known.is_none_or(|k| k.store != store || k.applied >= applied) {
                 continue;
             }
-            record |= ledger.know(&entry.name, KnownStore { store, applied });
+            record |= self.fence.know(&entry.name, KnownStore { store, applied });
         }
-        if record && let Err(e) = self.record_ledger().await {
+        if record && let Err(e) = self.fence.record().await {
             tracing::warn!("the master could not record the writes its slaves applied: {e}");
         }
     }
@@ -272,7 +261,8 @@ impl Master {
             .iter()
             .copied()
             .filter(|&vid| layout.read_owners(vid).contains(&index));
-        Catalog::insert(&self.catalog, owned)
+        self.records
+            .insert(owned)
             .await
             .map_err(|e| format!("the master could not record its catalog: {e}"))?;
         Ok(vids)
@@ -296,14 +286,14 @@ impl Master {
         let needed = |layout: &super::layout::Layout, vid: u64| {
             layout.read_owners(vid).contains(&index)
                 || (layout.write_owners(vid).contains(&index)
-                    && self.catalog.borrow().contains(vid))
+                    && self.records.catalog().contains(vid))
         };
         if held.iter().all(|&vid| needed(&self.layout(), vid)) {
             return Ok(true);
         }
         // Moves, imports and updates change both under the write lock:
         // what is surplus stays surplus while the deletes are sent.
-        let Some(_writing) = writes.hold(&self.writes).await else {
+        let Some(_writing) = writes.hold(&self.records).await else {
             return Ok(false);
         };
         let layout = self.layout();
@@ -312,7 +302,7 @@ impl Master {
             .copied()
             .filter(|&vid| !needed(&layout, vid))
             .collect();
-        self.send_deletes(&layout, index, self.session(index), &surplus)
+        self.send_deletes(&layout, index, self.slaves.session(index), &surplus)
             .await
             .map_err(|reason| {
                 format!(
@@ -333,7 +323,7 @@ impl Master {
     pub(super) async fn status(&self, results: &mut master::StatusResults) {
         let all = 0..self.layout().slaves().len();
         futures::future::join_all(all.map(|i| self.probe(i, Writes::Take))).await;
-        let slaves = self.slaves.borrow();
+        let slaves = self.slaves.states();
         let layout = self.layout();
         let mut list = results.get().init_slaves(slaves.len() as u32);
         for (i, (state, entry)) in slaves.iter().zip(layout.slaves()).enumerate() {

@@ -20,7 +20,6 @@
 //! no live owner holds) the step is an `unavailable` error saying why.
 
 use std::collections::BTreeMap;
-use std::rc::Rc;
 
 use super::Master;
 use super::copy::{CopyError, read_changed};
@@ -28,7 +27,6 @@ use super::layout::Layout;
 use super::probe::Writes;
 use super::recorded::{self, Move};
 use super::reply::Failure;
-use super::slaves::SlaveState;
 use crate::cluster::ClusterConfig;
 use crate::wire;
 use bitfold_proto::ErrorKind;
@@ -47,7 +45,7 @@ pub(super) struct Progress {
 impl Master {
     /// Moves up to `most` vectors towards the cluster file's layout.
     pub(super) async fn rebalance_step(&self, most: usize) -> Result<Progress, Failure> {
-        let _writing = self.writes.lock().await;
+        let _writing = self.records.lock().await;
         let layout = self.layout();
         let target = match &layout.target {
             Some(target) => target.clone(),
@@ -59,7 +57,7 @@ impl Master {
                     target
                 }
                 None => {
-                    let total = self.catalog.borrow().len() as u64;
+                    let total = self.records.catalog().len() as u64;
                     let mut progress = Progress {
                         done: total,
                         total,
@@ -71,24 +69,24 @@ impl Master {
             },
         };
         let layout = self.layout();
-        let next = self.move_next.get();
+        let next = self.placement.move_next();
         let vids: Vec<u64> = self
-            .catalog
-            .borrow()
+            .records
+            .catalog()
             .range(next, u64::MAX)
             .take(most)
             .collect();
         let mut progress = self.copy_to_new_owners(&layout, &target, &vids).await?;
-        let total = self.catalog.borrow().len() as u64;
+        let total = self.records.catalog().len() as u64;
         progress.total = total;
         if vids.len() == most
             && let Some(&last) = vids.last()
         {
             let next = last.saturating_add(1);
-            self.move_next.set(next);
+            self.placement.copied_before(next);
             let moving = Move { next, target };
             self.record(|dir| recorded::record_move(dir, &moving))?;
-            progress.done = self.catalog.borrow().range(0, last).count() as u64 + 1;
+            progress.done = self.records.catalog().range(0, last).count() as u64 + 1;
             return Ok(progress);
         }
         progress.removed = self.finish_move(&layout, target).await?;
@@ -142,11 +140,8 @@ impl Master {
             target: target.clone(),
         };
         self.record(|dir| recorded::record_move(dir, &moving))?;
-        self.move_next.set(0);
-        self.install(Layout {
-            current: layout.current.clone(),
-            target: Some(target.clone()),
-        });
+        let old = self.placement.begin_move(target.clone());
+        self.slaves.fit(&old, &self.layout());
         tracing::info!(
             "moving vectors from {} slaves with {} replicas to {} slaves with {} replicas",
             layout.current.slaves.len(),
@@ -177,7 +172,7 @@ impl Master {
         let mut progress = Progress::default();
         for (owner, vids) in to {
             // Written to only once checked (a slave added or back since).
-            if !self.slaves.borrow()[owner].up {
+            if !self.slaves.is_up(owner) {
                 self.probe(owner, Writes::Held).await;
             }
             let copied =
@@ -206,17 +201,17 @@ impl Master {
     /// no longer owned; returns how many it deleted.
     async fn finish_move(&self, old: &Layout, target: ClusterConfig) -> Result<u64, Failure> {
         // The sessions of the old layout's slaves, those it removes among them.
-        let sessions: Vec<u64> = (0..old.slaves().len()).map(|i| self.session(i)).collect();
+        let sessions: Vec<u64> = (0..old.slaves().len())
+            .map(|i| self.slaves.session(i))
+            .collect();
         let sessions = &sessions;
         self.record(|dir| recorded::record(dir, &target))?;
-        self.install(Layout {
-            current: target.clone(),
-            target: Some(target.clone()),
-        });
+        let replaced = self.placement.read_from_target(target.clone());
+        self.slaves.fit(&replaced, &self.layout());
         // Queries planned on the old layout may still read the old copies.
         self.in_flight.drain().await;
         let mut surplus: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-        for vid in self.catalog.borrow().range(0, u64::MAX) {
+        for vid in self.records.catalog().range(0, u64::MAX) {
             let kept = target.placement().owners(vid);
             for owner in old.read_owners(vid) {
                 if !kept.contains(&owner) {
@@ -257,10 +252,8 @@ impl Master {
             }
         }
         self.record(recorded::end_move)?;
-        self.install(Layout {
-            current: target,
-            target: None,
-        });
+        let replaced = self.placement.end_move(target);
+        self.slaves.fit(&replaced, &self.layout());
         // A slave marked down that has taken copies since (restarted during
         // the move) is up: know it now rather than at the next probe, so
         // that its vectors answer as soon as the move is reported finished.
@@ -278,7 +271,7 @@ impl Master {
         vids: &[u64],
     ) -> Result<(), String> {
         let addr = &layout.slaves()[owner].addr;
-        let write = self.write_number().await?;
+        let write = self.fence.write_number().await?;
         for (piece, vids) in vids.chunks(wire::MAX_UPDATE_CHANGES as usize).enumerate() {
             let response = self
                 .pool
@@ -301,30 +294,6 @@ impl Master {
         Ok(())
     }
 
-    /// Installs `layout`, growing or shrinking the per-slave state to its
-    /// slaves; a slave at a new address is a new machine, not contacted yet.
-    fn install(&self, layout: Layout) {
-        let old = self.layout();
-        let mut states = self.slaves.borrow_mut();
-        states.resize(layout.slaves().len(), SlaveState::unknown());
-        for (i, slave) in layout.slaves().iter().enumerate() {
-            if old
-                .slaves()
-                .get(i)
-                .is_some_and(|was| was.addr != slave.addr)
-            {
-                states[i] = SlaveState::unknown();
-            }
-        }
-        self.lacking
-            .borrow_mut()
-            .resize(layout.slaves().len(), Default::default());
-        self.missed
-            .borrow_mut()
-            .resize(layout.slaves().len(), Default::default());
-        *self.layout.borrow_mut() = Rc::new(layout);
-    }
-
     /// Writes one of the master's records, or says it could not.
     fn record(
         &self,
@@ -332,7 +301,7 @@ impl Master {
             &dyn bitfold_engine::store::Directory,
         ) -> Result<(), bitfold_engine::store::StoreError>,
     ) -> Result<(), Failure> {
-        write(&**self.catalog.borrow().directory())
+        write(&**self.records.catalog().directory())
             .map_err(|e| Failure::internal(format!("the master could not record the move: {e}")))
     }
 }

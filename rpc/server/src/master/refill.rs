@@ -40,8 +40,8 @@ impl Master {
     /// store was replaced) stay noted until they are copied back.
     pub(super) fn note_lacking(&self, index: usize, held: &[u64]) {
         let layout = self.layout();
-        let noted = std::mem::take(&mut self.lacking.borrow_mut()[index]);
-        let catalog = self.catalog.borrow();
+        let noted = self.slaves.take_lacking(index);
+        let catalog = self.records.catalog();
         let lacking: BTreeSet<u64> = catalog
             .range(0, u64::MAX)
             .filter(|&v| held.binary_search(&v).is_err() && layout.read_owners(v).contains(&index))
@@ -60,27 +60,16 @@ impl Master {
                 lacking.len()
             );
         }
-        // Missed writes to vectors deleted or moved away since are moot; the
-        // record drops them when it is next written.
-        self.missed.borrow_mut()[index].retain(|vid| lacking.contains(vid));
-        self.lacking.borrow_mut()[index] = lacking;
-    }
-
-    /// Notes that slave `index` missed every write to `vids` (its store was
-    /// replaced): until they are copied back to it, it is not read for them.
-    /// Call [`Master::record_missed`] next, so that a restarted master knows.
-    pub(super) fn note_missed(&self, index: usize, vids: Vec<u64>) {
-        self.missed.borrow_mut()[index].extend(vids.iter().copied());
-        self.lacking.borrow_mut()[index].extend(vids);
+        self.slaves.note_lacking(index, lacking);
     }
 
     /// Records durably which vectors each slave missed writes to, as they
     /// are now.
     pub(super) async fn record_missed(&self) -> Result<(), String> {
         let write = missed::write(
-            self.catalog.borrow().directory().clone(),
+            self.records.catalog().directory().clone(),
             self.layout().slaves(),
-            &self.missed.borrow(),
+            &self.slaves.missed(),
         );
         write
             .persist()
@@ -95,14 +84,14 @@ impl Master {
 
     /// Whether slave `index` may serve every vector of a run to a query
     /// now, for many questions in a row (a plan asks one per run of vids):
-    /// it holds them ([`Master::holding`]) and, for the vectors of the write
+    /// it holds them ([`Slaves::holding`](super::slaves::Slaves::holding)) and, for the vectors of the write
     /// being applied, it is their primary owner. Owners apply a write one
     /// after another, so two queries reading one vector from two owners
     /// meanwhile could see it written, then not; read from one owner, a
     /// vector only ever goes from before the write to after it.
     pub(super) fn serving(&self) -> impl Fn(usize, VidRun) -> bool + '_ {
-        let holding = self.holding();
-        let writing = self.writing.borrow();
+        let holding = self.slaves.holding();
+        let writing = self.records.writing();
         let layout = self.layout();
         move |index, run| {
             holding(index, run)
@@ -112,35 +101,27 @@ impl Master {
         }
     }
 
-    /// Whether slave `index` holds every vector of a run as it should be:
-    /// it is up and lacks none of them. The slaves' states are borrowed
-    /// once, not per question.
-    pub(super) fn holding(&self) -> impl Fn(usize, VidRun) -> bool + '_ {
-        let slaves = self.slaves.borrow();
-        let lacking = self.lacking.borrow();
-        move |index, run| slaves[index].up && lacking[index].range(run.vids()).next().is_none()
-    }
-
     /// Copies up to [`REFILL_BATCH`] of the vectors slave `index` lacks from
     /// their other owners; returns how many it copied.
     async fn refill(&self, index: usize) -> usize {
-        if !self.slaves.borrow()[index].up || self.lacking.borrow()[index].is_empty() {
+        if !self.slaves.is_up(index) || self.slaves.lacking(index).is_empty() {
             return 0;
         }
-        let _writing = self.writes.lock().await;
+        let _writing = self.records.lock().await;
         self.refill_held(index).await
     }
 
     /// [`Master::refill`], the caller holding the write lock.
     pub(super) async fn refill_held(&self, index: usize) -> usize {
-        if !self.slaves.borrow()[index].up || self.lacking.borrow()[index].is_empty() {
+        if !self.slaves.is_up(index) || self.slaves.lacking(index).is_empty() {
             return 0;
         }
         let layout = self.layout();
         // Those another owner holds; the others wait (or are lost).
         let vids: Vec<u64> = {
-            let holding = self.holding();
-            self.lacking.borrow()[index]
+            let holding = self.slaves.holding();
+            self.slaves
+                .lacking(index)
                 .iter()
                 .copied()
                 .filter(|&vid| {
@@ -166,39 +147,17 @@ impl Master {
                 return 0;
             }
         }
-        let (whole, recopied) = {
-            let mut lacking = self.lacking.borrow_mut();
-            let mut missed = self.missed.borrow_mut();
-            let mut recopied = false;
-            for vid in &vids {
-                lacking[index].remove(vid);
-                recopied |= missed[index].remove(vid);
-            }
-            (lacking[index].is_empty(), recopied)
-        };
-        if whole {
+        let copied = self.slaves.copied_back(index, &vids);
+        if copied.whole {
             tracing::info!(
                 "slave {} holds every vector it owns again",
                 self.slave_name(index)
             );
         }
-        // A record left behind only copies those vectors once more; but a
-        // master restarted with an old one would refuse copies that are
-        // right, with no owner left to copy from if a partner has lost its
-        // data since. So it is rewritten once the vectors copied back since
-        // it was written are an eighth of those it still names (every round
-        // for a small one, geometrically fewer times for a large one).
-        if recopied {
-            let since = self.recopied.get() + vids.len();
-            let named: usize = self.missed.borrow().iter().map(BTreeSet::len).sum();
-            if whole || since.saturating_mul(8) >= named {
-                self.recopied.set(0);
-                if let Err(reason) = self.record_missed().await {
-                    tracing::warn!("{reason}");
-                }
-            } else {
-                self.recopied.set(since);
-            }
+        if copied.record
+            && let Err(reason) = self.record_missed().await
+        {
+            tracing::warn!("{reason}");
         }
         vids.len()
     }

@@ -17,7 +17,7 @@ use crate::catalog::Catalog;
 use crate::cluster::ClusterConfig;
 
 /// The master's records, read and checked.
-pub(super) struct Records {
+pub(super) struct OnDisk {
     /// The layout vectors are read from, and the one they move to.
     pub(super) layout: Layout,
     /// The first vid a move in progress has not copied yet.
@@ -32,7 +32,7 @@ pub(super) struct Records {
 
 /// Reads the records in `catalog`'s directory for a master started with
 /// the cluster file `file`.
-pub(super) fn read(catalog: &Catalog, file: &ClusterConfig) -> Result<Records, String> {
+pub(super) fn read(catalog: &Catalog, file: &ClusterConfig) -> Result<OnDisk, String> {
     let dir = catalog.directory();
     let current = recorded::layout(&**dir, file, !catalog.is_empty())?;
     let moving = recorded::read_move(&**dir, &current, file)?;
@@ -47,7 +47,7 @@ pub(super) fn read(catalog: &Catalog, file: &ClusterConfig) -> Result<Records, S
     for vids in &mut missed {
         vids.retain(|&vid| catalog.contains(vid));
     }
-    Ok(Records {
+    Ok(OnDisk {
         layout,
         move_next,
         journal,
@@ -80,7 +80,7 @@ mod fuzzing {
 
     use bitfold_engine::store::{Directory, MemoryDirectory, VidLog};
 
-    use super::{Records, missed, read, recorded};
+    use super::{OnDisk, missed, read, recorded};
     use crate::catalog::Catalog;
     use crate::cluster::{ClusterConfig, ClusterFile};
 
@@ -129,7 +129,7 @@ mod fuzzing {
         Ok((first, second))
     }
 
-    fn started(catalog: &Catalog, records: &Records) -> Result<Started, String> {
+    fn started(catalog: &Catalog, records: &OnDisk) -> Result<Started, String> {
         let mut pending = Vec::new();
         for (id, update) in records.journal.pending() {
             let changes = update.changes().map_err(|e| e.to_string())?;
@@ -160,11 +160,7 @@ mod fuzzing {
     }
 
     /// Writes `records` and the catalog's vids into `to` as a master does.
-    fn rewrite(
-        catalog: &Catalog,
-        records: &Records,
-        to: &Arc<dyn Directory>,
-    ) -> Result<(), String> {
+    fn rewrite(catalog: &Catalog, records: &OnDisk, to: &Arc<dyn Directory>) -> Result<(), String> {
         let vids: Vec<u64> = catalog.range(0, u64::MAX).collect();
         let (mut log, _) = VidLog::with_directory(to.clone()).map_err(|e| e.to_string())?;
         log.append(&vids).map_err(|e| e.to_string())?;

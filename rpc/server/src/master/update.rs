@@ -22,7 +22,6 @@ use super::journal::{self, Pending};
 use super::probe::Writes;
 use super::reply::Failure;
 use crate::bitfold_capnp::{change, vid_span, vid_vector};
-use crate::catalog::Catalog;
 use crate::wire;
 use bitfold_proto::ErrorKind;
 
@@ -44,7 +43,7 @@ impl Master {
         within(vectors.len(), wire::MAX_IMPORT_VECTORS, "vectors to clear")?;
         let read = read_vectors(vectors)?;
         let mut chosen = holding_bits(&read)?;
-        chosen.retain(|(vid, _)| self.catalog.borrow().contains(*vid));
+        chosen.retain(|(vid, _)| self.records.catalog().contains(*vid));
         let mut message = Builder::new_default();
         let mut list = journal::init_changes(&mut message, chosen.len() as u32);
         let mut vids = BTreeSet::new();
@@ -73,7 +72,7 @@ impl Master {
                     format!("bad span {first}-{last}: the first vid must not exceed the last"),
                 ));
             }
-            vids.extend(self.catalog.borrow().range(first, last));
+            vids.extend(self.records.catalog().range(first, last));
         }
         let mut message = Builder::new_default();
         let mut list = journal::init_changes(&mut message, vids.len() as u32);
@@ -97,23 +96,21 @@ impl Master {
         if vids.is_empty() {
             return Ok(0);
         }
-        let _writing = self.writes.lock().await;
+        let _writing = self.records.lock().await;
         let layout = self.layout();
         let owners: BTreeSet<usize> = vids.iter().flat_map(|&v| layout.write_owners(v)).collect();
         self.ready_to_write(&owners).await?;
         let id = self
+            .fence
             .write_number()
             .await
             .map_err(|e| Failure::internal(format!("nothing was changed: the master {e}")))?;
-        let recorded = self
-            .journal
-            .borrow_mut()
-            .record(id, changes, owners.clone());
+        let recorded = self.records.record(id, changes, owners.clone());
         let write = recorded.map_err(Failure::internal)?;
         // From now until the write is done, queries read its vectors from
         // their primary owners only; those planned before may read any
         // owner, so no owner applies it before they have ended.
-        let _pinned = Pinned::new(&self.writing, vids.clone());
+        let _pinned = self.records.pin(vids.clone());
         let drained = self.in_flight.drain();
         // An import's owners write its vectors (staged, not applied) while
         // the master writes its journal: they apply them only once it is
@@ -138,28 +135,20 @@ impl Master {
         let mut staged: std::collections::BTreeMap<usize, Result<Share, String>> =
             staged.into_iter().collect();
         if let Err(err) = persisted {
-            self.journal
-                .borrow_mut()
-                .forget(id, &Vec::from_iter(owners));
+            self.records.withdraw(id, &Vec::from_iter(owners));
             return Err(Failure::internal(format!(
                 "nothing was changed: the master could not record the write: {err}"
             )));
         }
         if kind == Kind::Delete {
-            Catalog::remove(&self.catalog, vids.iter().copied())
+            self.records
+                .remove(vids.iter().copied())
                 .await
                 .map_err(|e| self.recorded_but(format!("the catalog could not record it: {e}")))?;
-            for lacking in self.lacking.borrow_mut().iter_mut() {
-                lacking.retain(|vid| !vids.contains(vid));
-            }
-            let mut dropped = false;
-            for missed in self.missed.borrow_mut().iter_mut() {
-                let before = missed.len();
-                missed.retain(|vid| !vids.contains(vid));
-                dropped |= missed.len() != before;
-            }
             // A record left behind only names vectors that no longer exist.
-            if dropped && let Err(reason) = self.record_missed().await {
+            if self.slaves.forget(&vids)
+                && let Err(reason) = self.record_missed().await
+            {
                 tracing::warn!("{reason}");
             }
             self.in_flight.drain().await;
@@ -193,7 +182,7 @@ impl Master {
                     // up (this write included) if it answers now.
                     self.mark_down(owner, &reason);
                     self.probe(owner, Writes::Held).await;
-                    if self.journal.borrow().waiting_for(owner).contains(&id) {
+                    if self.records.journal().waiting_for(owner).contains(&id) {
                         missed.push(format!("{}: {reason}", self.slave_name(owner)));
                     }
                 }
@@ -202,11 +191,13 @@ impl Master {
         if kind == Kind::Import {
             // Once recorded the import is rolled forward on every owner:
             // its vectors exist, whichever owners have it yet.
-            Catalog::insert(&self.catalog, vids.iter().copied())
+            self.records
+                .insert(vids.iter().copied())
                 .await
                 .map_err(|e| self.recorded_but(format!("the catalog could not record it: {e}")))?;
         }
-        self.acknowledge(id, &applied)
+        self.records
+            .acknowledge(id, &applied)
             .await
             .map_err(|e| self.recorded_but(e))?;
         if !missed.is_empty() {
@@ -229,7 +220,7 @@ impl Master {
     /// with nothing changed, while one is down.
     async fn ready_to_write(&self, owners: &BTreeSet<usize>) -> Result<(), Failure> {
         for &owner in owners {
-            if !self.slaves.borrow()[owner].up {
+            if !self.slaves.is_up(owner) {
                 self.probe(owner, Writes::Held).await;
             }
             self.catch_up(owner).await.map_err(|reason| {
@@ -243,10 +234,11 @@ impl Master {
                 )
             })?;
         }
-        let down: Vec<usize> = {
-            let states = self.slaves.borrow();
-            owners.iter().copied().filter(|&o| !states[o].up).collect()
-        };
+        let down: Vec<usize> = owners
+            .iter()
+            .copied()
+            .filter(|&o| !self.slaves.is_up(o))
+            .collect();
         if !down.is_empty() {
             return Err(self.unavailable(
                 "nothing was changed: every owner of the vectors must apply a write; run it \
@@ -256,22 +248,6 @@ impl Master {
             ));
         }
         Ok(())
-    }
-
-    /// Takes into the catalog what the pending writes do to it: a master
-    /// stopped between recording a write and the catalog's record of it
-    /// would otherwise plan queries on vectors being deleted, or miss
-    /// vectors an import created.
-    pub(super) async fn recover_catalog(&self) -> Result<(), String> {
-        let (added, deleted) = self.journal.borrow().catalog_changes()?;
-        let failed = |e| format!("the catalog could not record a recorded write: {e}");
-        Catalog::insert(&self.catalog, added)
-            .await
-            .map_err(failed)?;
-        Catalog::remove(&self.catalog, deleted)
-            .await
-            .map(|_| ())
-            .map_err(failed)
     }
 
     /// The error of a write that is recorded (and so will be rolled
@@ -286,30 +262,15 @@ impl Master {
     /// Applies, in order, every recorded write `owner` has not applied yet.
     /// Call it holding the write lock.
     pub(super) async fn catch_up(&self, owner: usize) -> Result<(), String> {
-        let waiting = self.journal.borrow().waiting_for(owner);
+        let waiting = self.records.journal().waiting_for(owner);
         for id in waiting {
             self.send_update(owner, id).await?;
-            self.acknowledge(id, &[owner]).await?;
+            self.records.acknowledge(id, &[owner]).await?;
             tracing::info!(
                 "slave {} applied write {id}, which it had missed",
                 self.slave_name(owner)
             );
         }
-        Ok(())
-    }
-
-    /// Records durably that `owners` applied write `id`.
-    async fn acknowledge(&self, id: u64, owners: &[usize]) -> Result<(), String> {
-        let write = self
-            .journal
-            .borrow()
-            .acknowledgement(id, owners)
-            .map_err(|e| e.to_string())?;
-        write
-            .persist()
-            .await
-            .map_err(|e| format!("the master could not record that it was applied: {e}"))?;
-        self.journal.borrow_mut().forget(id, owners);
         Ok(())
     }
 
@@ -335,7 +296,7 @@ impl Master {
                 .call(&addr, self.options.import_timeout, |client| {
                     let mut request = client.update_request();
                     let stamp = request.get().init_stamp();
-                    self.stamp(stamp, self.session(owner), id, piece as u64);
+                    self.stamp(stamp, self.slaves.session(owner), id, piece as u64);
                     let built = self.copy_changes(id, indices, |n| request.get().init_changes(n));
                     match built {
                         Ok(()) => capnp::capability::Promise::from_future(request.send().promise),
@@ -365,7 +326,7 @@ impl Master {
                 .call(&addr, self.options.import_timeout, |client| {
                     let mut request = client.import_request();
                     let stamp = request.get().init_stamp();
-                    self.stamp(stamp, self.session(owner), id, piece as u64);
+                    self.stamp(stamp, self.slaves.session(owner), id, piece as u64);
                     request.get().set_stage(stage);
                     let built = self.copy_imports(id, indices, |n| request.get().init_vectors(n));
                     match built {
@@ -391,7 +352,12 @@ impl Master {
             .pool
             .call(&addr, self.options.import_timeout, |client| {
                 let mut request = client.commit_request();
-                self.stamp(request.get().init_stamp(), self.session(owner), id, 0);
+                self.stamp(
+                    request.get().init_stamp(),
+                    self.slaves.session(owner),
+                    id,
+                    0,
+                );
                 request.get().set_pieces(pieces);
                 request.send().promise
             })
@@ -404,7 +370,7 @@ impl Master {
     /// pieces; `None` when the write is no longer pending.
     fn share(&self, owner: usize, id: u64) -> Result<Option<Share>, String> {
         let layout = self.layout();
-        let journal = self.journal.borrow();
+        let journal = self.records.journal();
         let Some(pending) = journal.get(id) else {
             return Ok(None);
         };
@@ -432,24 +398,6 @@ impl Master {
     }
 }
 
-/// The vids of the write being applied ([`Master::serving`]), forgotten
-/// once it is done, however it ends.
-struct Pinned<'m>(&'m std::cell::RefCell<BTreeSet<u64>>);
-
-impl<'m> Pinned<'m> {
-    /// Makes `vids` the write being applied, until the pin is dropped.
-    fn new(writing: &'m std::cell::RefCell<BTreeSet<u64>>, vids: BTreeSet<u64>) -> Pinned<'m> {
-        *writing.borrow_mut() = vids;
-        Pinned(writing)
-    }
-}
-
-impl Drop for Pinned<'_> {
-    fn drop(&mut self) {
-        self.0.borrow_mut().clear();
-    }
-}
-
 /// A slave's share of a pending write.
 pub(super) struct Share {
     /// The indices of its changes in the write, in pieces that each fit
@@ -468,7 +416,7 @@ impl Master {
         indices: &[u32],
         init: impl FnOnce(u32) -> capnp::struct_list::Builder<'b, change::Owned>,
     ) -> capnp::Result<()> {
-        let journal = self.journal.borrow();
+        let journal = self.records.journal();
         let changes = pending_changes(&journal, id)?;
         let mut list = init(indices.len() as u32);
         for (j, &i) in indices.iter().enumerate() {
@@ -485,7 +433,7 @@ impl Master {
         indices: &[u32],
         init: impl FnOnce(u32) -> capnp::struct_list::Builder<'b, vid_vector::Owned>,
     ) -> capnp::Result<()> {
-        let journal = self.journal.borrow();
+        let journal = self.records.journal();
         let changes = pending_changes(&journal, id)?;
         let mut list = init(indices.len() as u32);
         for (j, &i) in indices.iter().enumerate() {
