@@ -646,6 +646,19 @@ fn a_slave_that_lost_its_vectors_is_never_read_as_empty() {
         .unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::Unavailable), "{err}");
     assert!(err.to_string().contains("lacks 13 of its vectors"), "{err}");
+    // No other owner holds them: as the error says, they are deleted and
+    // imported again.
+    assert!(
+        err.to_string().contains("delete it and import it again"),
+        "{err}"
+    );
+    let deleted = client.delete(&[(0, u64::MAX)]).unwrap();
+    assert_eq!(deleted, oracle.vectors.len() as u64);
+    let mut oracle = Oracle::default();
+    import(&client, &mut oracle, &data());
+    for (message, terms) in queries() {
+        check(&client, message, &oracle.range(&terms));
+    }
 }
 
 #[test]

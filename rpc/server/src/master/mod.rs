@@ -210,8 +210,9 @@ impl Master {
                 Some(reason) => format!("{} is down: {reason}", self.slave_name(i)),
                 None if !self.slaves.lacking(i).is_empty() => format!(
                     "{} is up but lacks {} of its vectors (its store is not the one that \
-                     held them: wiped, new or restored from a backup; they are copied back \
-                     from other owners where one holds them)",
+                     held them: wiped, new or restored from a backup; each is copied back \
+                     from another owner that holds it, and one no owner holds is lost: \
+                     delete it and import it again)",
                     self.slave_name(i),
                     self.slaves.lacking(i).len()
                 ),
