@@ -21,15 +21,18 @@
 //! [`VectorBuf`] is the owned form.
 //!
 //! This file holds the constants and [`VectorPart`]; `container.rs` holds
-//! [`ContainerRef`], one container, and `buf.rs` holds [`VectorBuf`].
+//! [`ContainerRef`], one container, `buf.rs` holds [`VectorBuf`], and
+//! `within.rs` narrows a part to a range of keys ([`Within`]).
 
 mod buf;
 mod container;
+mod within;
 
 use std::fmt;
 
 pub use buf::{PushError, VectorBuf};
 pub use container::ContainerRef;
+pub use within::Within;
 
 /// Bit positions per container: a container holds the bits whose high 16 bits equal its key.
 pub const CONTAINER_BITS: usize = 1 << 16;
