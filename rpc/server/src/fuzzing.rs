@@ -201,7 +201,7 @@ pub fn coordinator_failures(
     result: coordinate_result::Reader<'_>,
     slaves: u32,
 ) -> capnp::Result<Vec<[String; 3]>> {
-    Ok(crate::master::coordinator_failures(result, slaves)?
+    Ok(crate::chain::coordinator_failures(result, slaves)?
         .into_iter()
         .map(|f| [f.name, f.addr, f.reason])
         .collect())
