@@ -23,8 +23,8 @@ use capnp::message::{Reader, ReaderSegments};
 use capnp::serialize::BufferSegments;
 
 use crate::bitfold_capnp::{coordinate_result, fetched_copies, hop, part, vid_vector};
-use crate::slave::ChangeView;
 use crate::wire;
+use bitfold_proto::writes::{self, ChangeView};
 
 pub use crate::master::start::{Started, restart as master_restart};
 
@@ -109,8 +109,8 @@ pub enum Change {
 pub fn update(
     changes: capnp::struct_list::Reader<'_, crate::bitfold_capnp::change::Owned>,
 ) -> capnp::Result<Vec<Change>> {
-    let read = crate::slave::read_changes(changes)?;
-    let views = crate::slave::change_views(&read)?;
+    let read = writes::read_changes(changes)?;
+    let views = writes::change_views(&read)?;
     let mut handed = Vec::new();
     for view in &views {
         match view {
@@ -166,8 +166,8 @@ pub fn read_vector(
 pub fn import(
     vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
 ) -> capnp::Result<Vec<(u64, Vec<u32>)>> {
-    let parts = crate::slave::read_import(vectors)?;
-    let views = crate::slave::import_views(&parts)?;
+    let parts = writes::read_import(vectors)?;
+    let views = writes::import_views(&parts)?;
     Ok(views
         .iter()
         .map(|(vid, part)| (*vid, part.bits().collect()))
@@ -219,7 +219,7 @@ pub fn fetched_copies(
     copies: fetched_copies::Reader<'_>,
     asked: &[u64],
 ) -> capnp::Result<(u32, Vec<Copied>)> {
-    let read = crate::slave::read_copies(copies, asked)?;
+    let read = writes::read_copies(copies, asked)?;
     let vectors = read
         .vectors
         .iter()

@@ -20,11 +20,6 @@ mod pull;
 pub(crate) mod term_union;
 mod writes;
 
-#[cfg(feature = "fuzzing")]
-pub(crate) use pull::read_copies;
-use writes::concatenate;
-#[cfg(feature = "fuzzing")]
-pub(crate) use writes::{ChangeView, change_views, import_views, read_changes, read_import};
 use writes::{
     WriteError, fenced, import_batch, log_applied_already, stage_batch, update_batch, write_changed,
 };
