@@ -1,5 +1,34 @@
-use bitfold_server::fuzzing;
 use capnp::message::ReaderSegments;
+
+/// Reads `bytes` as a connection reads its stream
+/// ([`bitfold_net::framing::read_message`]): message after message, each
+/// into a buffer of its own, until the stream ends cleanly or a message is
+/// refused. The segments of every message read, and the error that stopped
+/// the reading, if one did.
+fn read_stream(bytes: &[u8]) -> (Vec<Vec<Vec<u8>>>, Option<capnp::Error>) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime without drivers starts");
+    runtime.block_on(async {
+        let mut stream = bytes;
+        let mut messages = Vec::new();
+        loop {
+            let options = bitfold_proto::reader_options();
+            match bitfold_net::framing::read_message(&mut stream, options).await {
+                Ok(Some(message)) => {
+                    let segments = message.into_segments();
+                    messages.push(
+                        (0..)
+                            .map_while(|id| segments.get_segment(id).map(<[u8]>::to_vec))
+                            .collect(),
+                    );
+                }
+                Ok(None) => return (messages, None),
+                Err(err) => return (messages, Some(err)),
+            }
+        }
+    })
+}
 
 /// A connection's reading of its stream into messages
 /// (`rpc/net/src/framing.rs`), against Cap'n Proto's own stream reader with
@@ -10,7 +39,7 @@ use capnp::message::ReaderSegments;
 /// must report the stream cut short; Cap'n Proto's is not asked, as it
 /// would first zero every word announced (up to 1 GiB).
 pub fn framing(data: &[u8]) {
-    let (messages, stopped) = fuzzing::read_stream(data);
+    let (messages, stopped) = read_stream(data);
     let mut options = capnp::message::ReaderOptions::new();
     options.traversal_limit_in_words(Some(bitfold_proto::MAX_MESSAGE_WORDS));
     let mut stream = data;

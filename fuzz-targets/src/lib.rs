@@ -9,6 +9,7 @@ mod files;
 mod framing;
 mod index;
 mod master;
+mod message;
 mod pairs;
 mod portable;
 mod query;

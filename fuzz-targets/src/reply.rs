@@ -3,9 +3,12 @@
 //! copies), as their readers take them.
 
 use bitfold_proto::bitfold_capnp::{coordinate_result, fetched_copies, hop, part};
-use bitfold_server::fuzzing;
+use bitfold_proto::chain::coordinator_failures;
+use bitfold_proto::wire::MAX_PARTS;
+use bitfold_proto::writes::read_copies;
 use capnp::struct_list;
 
+use crate::message::read_message;
 use crate::update::key_disjoint;
 use crate::wire::{check_vector, naive};
 
@@ -16,7 +19,7 @@ pub fn reply(data: &[u8]) {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
-    let Ok(message) = fuzzing::read_message(rest) else {
+    let Ok(message) = read_message(rest) else {
         return;
     };
     let setting = u32::from(mode >> 2 & 7);
@@ -40,10 +43,30 @@ pub fn reply(data: &[u8]) {
     }
 }
 
+/// A reply's hop reports as a slave or the master reads them
+/// ([`bitfold_proto::hop::read_all`]): each hop's machine, kind (0 handle,
+/// 1 gather, 2 and), term, vids, bytes read, bytes sent and micros.
+fn read_hops(list: struct_list::Reader<'_, hop::Owned>) -> capnp::Result<Vec<[u64; 7]>> {
+    Ok(bitfold_proto::hop::read_all(list)?
+        .iter()
+        .map(|h| {
+            [
+                u64::from(h.machine),
+                h.kind as u64,
+                u64::from(h.term),
+                h.vids,
+                h.read_bytes,
+                h.sent_bytes,
+                h.micros,
+            ]
+        })
+        .collect())
+}
+
 /// A list of hops that take no words is refused; any other is read as sent
 /// unless a hop's kind is not one bitfold knows.
 fn check_hops(list: struct_list::Reader<'_, hop::Owned>) {
-    let read = fuzzing::hops(list);
+    let read = read_hops(list);
     if list.try_get(0).is_some_and(takes_no_words) {
         assert!(
             read.is_err(),
@@ -78,10 +101,23 @@ fn takes_no_words(hop: hop::Reader<'_>) -> bool {
         && capnp::raw::get_struct_pointer_section(hop).is_empty()
 }
 
+/// The machines a coordinator's result names failed, as the master reads
+/// it ([`coordinator_failures`]) for a query whose machine table holds
+/// `slaves`: each one's name, address and reason (none for an answer).
+fn read_failures(
+    result: coordinate_result::Reader<'_>,
+    slaves: u32,
+) -> capnp::Result<Vec<[String; 3]>> {
+    Ok(coordinator_failures(result, slaves)?
+        .into_iter()
+        .map(|f| [f.name, f.addr, f.reason])
+        .collect())
+}
+
 /// More failed machines than the query's `slaves` are refused; any other
 /// list is read as sent unless a text is not UTF-8; an answer names none.
 fn check_failures(result: coordinate_result::Reader<'_>, slaves: u32) {
-    let read = fuzzing::coordinator_failures(result, slaves);
+    let read = read_failures(result, slaves);
     let list = match result.which() {
         Ok(coordinate_result::FailedMachines(Ok(list))) => list,
         Ok(coordinate_result::Vector(_) | coordinate_result::Count(_)) => {
@@ -114,13 +150,34 @@ fn check_failures(result: coordinate_result::Reader<'_>, slaves: u32) {
     assert!(read.ok() == Some(want), "the failures as sent");
 }
 
+/// A vid a `fetchMany` reply answered, with its set bits ascending, or
+/// `None` where the source does not hold it.
+type Copied = (u64, Option<Vec<u32>>);
+
+/// A `fetchMany` reply as the slave that pulls the vids `asked` reads it
+/// ([`read_copies`]): how many vids it answered, and each vid answered with
+/// its set bits ascending, or `None` where the source does not hold it (the
+/// vectors sent in their order, then the vids missing).
+fn read_copied(
+    copies: fetched_copies::Reader<'_>,
+    asked: &[u64],
+) -> capnp::Result<(u32, Vec<Copied>)> {
+    let read = read_copies(copies, asked)?;
+    let vectors = read
+        .vectors
+        .iter()
+        .map(|(vid, vector)| (*vid, vector.as_ref().map(|v| v.as_part().bits().collect())))
+        .collect();
+    Ok((read.answered, vectors))
+}
+
 /// A reply is taken only if it answers the first `answered` vids asked, each
 /// once, as a vector or as missing, and each vector's parts read as an
 /// import's would (no hole or full keys) with keys ascending across its parts; the
 /// vectors then hold the bits of a naive decoding. A refused reply breaks
 /// one of those rules.
 fn check_copies(copies: fetched_copies::Reader<'_>, asked: &[u64]) {
-    let read = fuzzing::fetched_copies(copies, asked);
+    let read = read_copied(copies, asked);
     let answered = copies.get_answered() as usize;
     let (Ok(found), Ok(missing)) = (copies.get_vectors(), copies.get_missing()) else {
         assert!(read.is_err(), "a reply whose fields do not read is refused");
@@ -164,7 +221,7 @@ fn check_copies(copies: fetched_copies::Reader<'_>, asked: &[u64]) {
         };
         // Partial-result keys first: a full key costs the naive decoding
         // 65,536 bits, and a vector that has one is refused anyway.
-        if parts.len() > fuzzing::MAX_PARTS
+        if parts.len() > MAX_PARTS
             || has_partial_keys(parts)
             || !check_vector(parts)
             || !key_disjoint(parts)
@@ -281,19 +338,18 @@ mod tests {
     #[test]
     fn each_reply_reads_as_sent() {
         let hops = two_hops();
-        let message = fuzzing::read_message(&hops[1..]).unwrap();
-        let read = fuzzing::hops(message.get_root().unwrap()).unwrap();
+        let message = read_message(&hops[1..]).unwrap();
+        let read = read_hops(message.get_root().unwrap()).unwrap();
         assert_eq!(read[0], [1, 0, 0, 64, 8_192, 1_024, 120]);
         assert_eq!(read[1][..2], [2, 2]);
         let failures = two_failures();
-        let message = fuzzing::read_message(&failures[1..]).unwrap();
-        let read = fuzzing::coordinator_failures(message.get_root().unwrap(), 4).unwrap();
+        let message = read_message(&failures[1..]).unwrap();
+        let read = read_failures(message.get_root().unwrap(), 4).unwrap();
         assert_eq!(read[1], ["s1", "127.0.0.1:7101", "connection refused"]);
-        assert!(fuzzing::coordinator_failures(message.get_root().unwrap(), 1).is_err());
+        assert!(read_failures(message.get_root().unwrap(), 1).is_err());
         let copies = three_copies();
-        let message = fuzzing::read_message(&copies[1..]).unwrap();
-        let (answered, read) =
-            fuzzing::fetched_copies(message.get_root().unwrap(), &[0, 7, 14, 21]).unwrap();
+        let message = read_message(&copies[1..]).unwrap();
+        let (answered, read) = read_copied(message.get_root().unwrap(), &[0, 7, 14, 21]).unwrap();
         assert_eq!(answered, 3);
         let fourteen = vec![2 << 16, 2 << 16 | 2];
         assert_eq!(

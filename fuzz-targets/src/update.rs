@@ -1,7 +1,9 @@
 use bitfold_proto::bitfold_capnp::{change, vid_vector};
-use bitfold_server::fuzzing::{self, Change};
+use bitfold_proto::wire::{MAX_IMPORT_PARTS, MAX_PARTS, MAX_UPDATE_CHANGES};
+use bitfold_proto::writes::{ChangeView, change_views, read_changes};
 use capnp::struct_list;
 
+use crate::message::read_message;
 use crate::wire::{build, check_vector, naive, u16s};
 
 /// The slave's decoding of an `update` request (master to slave). The
@@ -20,7 +22,7 @@ pub fn update(data: &[u8]) {
     } else {
         rest.to_vec()
     };
-    let Ok(message) = fuzzing::read_message(&bytes) else {
+    let Ok(message) = read_message(&bytes) else {
         return;
     };
     if let Ok(changes) = message.get_root::<struct_list::Reader<change::Owned>>() {
@@ -31,7 +33,7 @@ pub fn update(data: &[u8]) {
 /// The vectors of a `wire` message as changes: vid modulo 3 picks a clear
 /// of its parts, a delete, or a replace by its parts.
 fn changes_of(vectors: &[u8]) -> Vec<u8> {
-    let read = fuzzing::read_message(vectors).expect("a built message reads");
+    let read = read_message(vectors).expect("a built message reads");
     let vectors: struct_list::Reader<'_, vid_vector::Owned> = read
         .get_root()
         .expect("a built message is a list of vectors");
@@ -50,14 +52,49 @@ fn changes_of(vectors: &[u8]) -> Vec<u8> {
     capnp::serialize::write_message_to_words(&message)
 }
 
+/// What one change of an update does, as a slave hands it to its store.
+#[derive(Debug, PartialEq, Eq)]
+enum Change {
+    /// Clear these bits of vector `vid`: one per part, in order.
+    Clear(u64, Vec<u32>),
+    /// Remove vector `vid`.
+    Delete(u64),
+    /// Make vector `vid` exactly these bits.
+    Replace(u64, Vec<u32>),
+}
+
+/// `Slave.update`'s reading of `changes` ([`read_changes`],
+/// [`change_views`]), without a store: the request's error if it is
+/// malformed (over a bound, or a part that does not read, or a replace
+/// whose parts overlap), else what it hands its store, in order; each bit
+/// list ascending.
+fn read_update(changes: struct_list::Reader<'_, change::Owned>) -> capnp::Result<Vec<Change>> {
+    let read = read_changes(changes)?;
+    let mut handed = Vec::new();
+    for view in &change_views(&read)? {
+        match view {
+            ChangeView::Clear(vid, parts) => handed.extend(
+                parts
+                    .iter()
+                    .map(|part| Change::Clear(*vid, part.bits().collect())),
+            ),
+            ChangeView::Delete(vid) => handed.push(Change::Delete(*vid)),
+            ChangeView::Replace(vid, vector) => {
+                handed.push(Change::Replace(*vid, vector.as_part().bits().collect()));
+            }
+        }
+    }
+    Ok(handed)
+}
+
 /// Changes over a bound, whose fields do not read, with a part that does
 /// not read as a partial result's would (or holds full or hole keys), or a
 /// replace whose parts overlap, are refused; any other is read as the store
 /// is handed it: a clear per part, a delete, a replace as the union of its
 /// parts, each with the bits of a naive decoding.
 fn check_update(changes: struct_list::Reader<'_, change::Owned>) {
-    let read = fuzzing::update(changes);
-    if changes.len() > fuzzing::MAX_UPDATE_CHANGES {
+    let read = read_update(changes);
+    if changes.len() > MAX_UPDATE_CHANGES {
         assert!(read.is_err(), "an update over the changes bound is refused");
         return;
     }
@@ -79,7 +116,7 @@ fn check_update(changes: struct_list::Reader<'_, change::Owned>) {
     let lists: Vec<_> = kinds.iter().filter_map(|(_, parts, _)| *parts).collect();
     let parts: u64 = lists.iter().map(|list| u64::from(list.len())).sum();
     let longest = lists.iter().map(|list| list.len()).max().unwrap_or(0);
-    if parts > u64::from(fuzzing::MAX_IMPORT_PARTS) || longest > fuzzing::MAX_PARTS {
+    if parts > u64::from(MAX_IMPORT_PARTS) || longest > MAX_PARTS {
         assert!(read.is_err(), "an update over the parts bounds is refused");
         return;
     }
@@ -173,8 +210,8 @@ mod tests {
     #[test]
     fn each_kind_of_change_is_handed_to_the_store_as_sent() {
         let input = each_kind();
-        let message = fuzzing::read_message(&input[1..]).unwrap();
-        let handed = fuzzing::update(message.get_root().unwrap()).unwrap();
+        let message = read_message(&input[1..]).unwrap();
+        let handed = read_update(message.get_root().unwrap()).unwrap();
         assert_eq!(
             handed,
             [
@@ -194,8 +231,8 @@ mod tests {
         for word in [2 << 32, 1 | 7 << 32, count << 2] {
             input.extend(u64::to_le_bytes(word));
         }
-        let message = fuzzing::read_message(&input[1..]).unwrap();
-        let refused = fuzzing::update(message.get_root().unwrap()).unwrap_err();
+        let message = read_message(&input[1..]).unwrap();
+        let refused = read_update(message.get_root().unwrap()).unwrap_err();
         assert!(
             refused.to_string().contains("changes in one message"),
             "{refused}"

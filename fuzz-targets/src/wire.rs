@@ -1,5 +1,9 @@
+use bitfold_engine::fold::{Term, UnionPlan};
 use bitfold_proto::bitfold_capnp::{part, vid_vector};
-use bitfold_server::fuzzing;
+use bitfold_proto::wire::{self, HoleBudget, MAX_IMPORT_PARTS, MAX_IMPORT_VECTORS};
+use bitfold_proto::writes::{import_views, read_import};
+
+use crate::message::read_message;
 
 /// The slave's decoding of a request's vectors. The first byte picks how
 /// `data` becomes a message: even, a list of vids and parts built from the
@@ -19,7 +23,7 @@ pub fn wire(data: &[u8]) {
     } else {
         rest.to_vec()
     };
-    let Ok(message) = fuzzing::read_message(&bytes) else {
+    let Ok(message) = read_message(&bytes) else {
         return;
     };
     if let Ok(list) = message.get_root::<capnp::struct_list::Reader<part::Owned>>() {
@@ -30,10 +34,30 @@ pub fn wire(data: &[u8]) {
     }
 }
 
+/// A vector received as a list of parts, as a slave reads it
+/// ([`wire::read_partial`], [`wire::views`]): its set bits ascending (the
+/// union of its parts), and whether the parts also form a term (ascending,
+/// key-disjoint: what a chain's partial result must be). Fails as the slave
+/// would on a malformed part.
+fn read_vector(
+    list: capnp::struct_list::Reader<'_, part::Owned>,
+) -> capnp::Result<(Vec<u32>, bool)> {
+    let parts = wire::read_partial(list, &mut HoleBudget::per_message())?;
+    let views = wire::views(&parts)?;
+    let is_term = Term::new(&views).is_ok();
+    let plan = UnionPlan::new(&views);
+    let bits = plan
+        .run(&views)
+        .iter()
+        .flat_map(|buf| buf.as_part().bits().collect::<Vec<_>>())
+        .collect();
+    Ok((bits, is_term))
+}
+
 /// A list of parts is refused, or read as the union of its naive decoding;
 /// whether it was read.
 pub(crate) fn check_vector(list: capnp::struct_list::Reader<'_, part::Owned>) -> bool {
-    let Ok((bits, is_term)) = fuzzing::read_vector(list) else {
+    let Ok((bits, is_term)) = read_vector(list) else {
         return false;
     };
     let parts: Vec<Vec<u32>> = list.iter().map(|p| naive(p)).collect();
@@ -60,8 +84,8 @@ pub(crate) fn check_vector(list: capnp::struct_list::Reader<'_, part::Owned>) ->
 /// and the bits a naive decoding of its fields gives. (No store is built:
 /// what the store keeps of a batch is the engine's to test.)
 fn check_import(vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>) {
-    let imported = fuzzing::import(vectors);
-    if vectors.len() > fuzzing::MAX_IMPORT_VECTORS {
+    let imported = import(vectors);
+    if vectors.len() > MAX_IMPORT_VECTORS {
         // Refused before any vector is read, as a slave does: a few words can
         // claim millions of empty vectors, too many to check one by one.
         assert!(
@@ -82,7 +106,7 @@ fn check_import(vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>) {
         return;
     };
     let parts: u64 = lists.iter().map(|list| u64::from(list.len())).sum();
-    if parts > u64::from(fuzzing::MAX_IMPORT_PARTS) {
+    if parts > u64::from(MAX_IMPORT_PARTS) {
         assert!(
             imported.is_err(),
             "an import over the parts bound is refused"
@@ -117,6 +141,21 @@ fn check_import(vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>) {
         })
         .collect();
     assert!(batch == want, "the parts an import hands the store");
+}
+
+/// `Slave.import`'s reading of `vectors` ([`read_import`],
+/// [`import_views`]), without a store: the request's error if it is
+/// malformed, else each of its parts as the slave hands it to its store, in
+/// the order they came: the part's vid and its set bits ascending. (The
+/// store keeps each vid's union of its parts.)
+fn import(
+    vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
+) -> capnp::Result<Vec<(u64, Vec<u32>)>> {
+    let parts = read_import(vectors)?;
+    Ok(import_views(&parts)?
+        .iter()
+        .map(|(vid, part)| (*vid, part.bits().collect()))
+        .collect())
 }
 
 /// The little-endian `u16`s of a field's bytes (a last odd byte left out).

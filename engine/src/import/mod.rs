@@ -193,11 +193,9 @@ pub fn validate(
     Ok(summary)
 }
 
-/// Parses pairs text read from `input` as an import reads a pairs file,
-/// but at most `chunk` bytes at a time (an import reads 1 MiB), calling
-/// `on_pair` for each pair in order; errors name `path` and the line (cargo
-/// feature `fuzzing`, for the fuzz targets).
-#[cfg(feature = "fuzzing")]
+/// Parses pairs text read from any `input` as an import reads a pairs
+/// file, at most `chunk` bytes at a time (an import reads 1 MiB), calling
+/// `on_pair` for each pair in order; errors name `path` and the line.
 pub fn parse_pairs<E>(
     input: impl std::io::Read,
     chunk: usize,

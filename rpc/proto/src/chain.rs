@@ -1,11 +1,13 @@
 //! Chains as the master writes them and the slaves read them: each node
 //! names a run of consecutive vids on one machine, so a wide term costs the
 //! master, the coordinator, the wire and the slaves' covers its runs, not
-//! its vids.
+//! its vids. A machine that fails in a chain is reported up it
+//! ([`FailedMachine`]), and the coordinator reports the failures of its
+//! chains to the master ([`coordinator_failures`]).
 
 pub use bitfold_engine::VidRun;
 
-use crate::bitfold_capnp::machine_vec_node;
+use crate::bitfold_capnp::{coordinate_result, failed_machine, machine, machine_vec_node};
 
 /// A node of a chain: the vids of `run`, read from machine `machine` (an
 /// index into the chain's machine table).
@@ -109,6 +111,71 @@ pub fn runs_bytes(runs: &[VidRun]) -> Vec<u64> {
     runs.iter().flat_map(|r| [r.first, r.last]).collect()
 }
 
+/// A chain's machine table.
+pub type Machines<'a> = capnp::struct_list::Reader<'a, machine::Owned>;
+
+/// A machine that failed, and why (`FailedMachine`, docs/slave-protocol.md S5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedMachine {
+    /// Its name in the cluster file.
+    pub name: String,
+    /// Its address, `HOST:PORT`.
+    pub addr: String,
+    /// Why it failed.
+    pub reason: String,
+}
+
+impl FailedMachine {
+    /// Entry `index` of the machine table, failed for `reason`.
+    pub fn at(machines: Machines<'_>, index: u32, reason: String) -> capnp::Result<Self> {
+        if index >= machines.len() {
+            return Err(capnp::Error::failed(format!(
+                "a chain names machine {index} of a table of {}",
+                machines.len()
+            )));
+        }
+        let machine = machines.get(index);
+        Ok(FailedMachine {
+            name: machine.get_name()?.to_string()?,
+            addr: machine.get_addr()?.to_string()?,
+            reason,
+        })
+    }
+
+    /// Reads one from the wire.
+    pub fn read(reader: failed_machine::Reader<'_>) -> capnp::Result<Self> {
+        Ok(FailedMachine {
+            name: reader.get_name()?.to_string()?,
+            addr: reader.get_addr()?.to_string()?,
+            reason: reader.get_reason()?.to_string()?,
+        })
+    }
+
+    /// Writes it to the wire.
+    pub fn write(&self, mut builder: failed_machine::Builder<'_>) {
+        builder.set_name(self.name.as_str());
+        builder.set_addr(self.addr.as_str());
+        builder.set_reason(self.reason.as_str());
+    }
+}
+
+/// The machines a coordinator's result names failed, as the master reads
+/// it: none for an answer, refused if more than the `slaves` of the query's
+/// machine table.
+pub fn coordinator_failures(
+    result: coordinate_result::Reader<'_>,
+    slaves: u32,
+) -> capnp::Result<Vec<FailedMachine>> {
+    match result.which()? {
+        coordinate_result::FailedMachines(list) => {
+            let list = list?;
+            crate::wire::at_most(list.len(), slaves, "failed machines")?;
+            list.iter().map(FailedMachine::read).collect()
+        }
+        coordinate_result::Vector(_) | coordinate_result::Count(_) => Ok(Vec::new()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,5 +238,45 @@ mod tests {
             let err = read_runs(bytemuck::cast_slice(&bad)).unwrap_err();
             assert!(err.to_string().contains(what), "{bad:?}: {err}");
         }
+    }
+
+    /// A coordinator's result naming `count` failed machines `s0`, `s1`, ...
+    fn failed(count: u32) -> capnp::message::Builder<capnp::message::HeapAllocator> {
+        let mut message = capnp::message::Builder::new_default();
+        let result = message.init_root::<coordinate_result::Builder<'_>>();
+        let mut list = result.init_failed_machines(count);
+        for i in 0..count {
+            let mut machine = list.reborrow().get(i);
+            machine.set_name(format!("s{i}").as_str());
+            machine.set_reason("connection refused");
+        }
+        message
+    }
+
+    #[test]
+    fn a_coordinator_names_at_most_every_slave_as_failed() {
+        let two = failed(2);
+        let read = coordinator_failures(two.get_root_as_reader().unwrap(), 4).unwrap();
+        let names: Vec<&str> = read.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["s0", "s1"]);
+        let five = failed(5);
+        let refused = coordinator_failures(five.get_root_as_reader().unwrap(), 4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("5 failed machines in one message, more than the 4 allowed"),
+            "{refused}"
+        );
+        // 24 bytes that would read as 2^27 - 16 failures of 72 bytes each.
+        let empty = crate::wire::empty_structs((1 << 27) - 16);
+        let mut message = capnp::message::Builder::new_default();
+        message
+            .init_root::<coordinate_result::Builder<'_>>()
+            .set_failed_machines(empty.get_root().unwrap())
+            .unwrap();
+        let refused = coordinator_failures(message.get_root_as_reader().unwrap(), 4)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("134217712 failed machines"), "{refused}");
     }
 }

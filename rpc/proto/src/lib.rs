@@ -1,10 +1,10 @@
 //! bitfold's protocol, shared by the client and the servers: the code
 //! generated from `schema/bitfold.capnp` ([`bitfold_capnp`]), vectors on the
-//! wire ([`wire`]), the query grammar ([`query`]), chains ([`chain`]), hop
-//! reports ([`hop`]), time budgets ([`budget`]), the error kinds
-//! ([`ErrorKind`]) and the limits every reader applies
-//! ([`MAX_MESSAGE_WORDS`]). No runtime and no network: what runs the
-//! protocol is `bitfold-net`.
+//! wire ([`wire`]) and in a write ([`writes`]), the query grammar
+//! ([`query`]), chains and their failed machines ([`chain`]), hop reports
+//! ([`hop`]), time budgets ([`budget`]), the error kinds ([`ErrorKind`])
+//! and the limits every reader applies ([`MAX_MESSAGE_WORDS`]). No runtime
+//! and no network: what runs the protocol is `bitfold-net`.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -22,6 +22,7 @@ pub mod hop;
 pub mod names;
 pub mod query;
 pub mod wire;
+pub mod writes;
 
 pub use error::ErrorKind;
 

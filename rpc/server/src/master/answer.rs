@@ -18,15 +18,13 @@ use super::plan::{self, Chain, Plan, PlanShape};
 use super::probe::Writes;
 use super::reply::{Failure, Found};
 use super::trace::{Trace, describe_chain};
-use crate::bitfold_capnp::{
-    Format as WireFormat, PlanKind, Want, coordinate_result, fetch_result, slave,
-};
+use crate::bitfold_capnp::{Format as WireFormat, PlanKind, Want, fetch_result, slave};
 use crate::budget::{Budget, hops, micros};
+use crate::chain::{FailedMachine, coordinator_failures};
 use crate::hop;
 use crate::metrics::{QueryKind, plan_label};
 use crate::net;
 use crate::query::{self, Query};
-use crate::slave::handler::FailedMachine;
 use bitfold_proto::ErrorKind;
 
 /// What one attempt at a query came to.
@@ -440,70 +438,9 @@ fn failed_names(machines: &[FailedMachine]) -> String {
     format!("failed: {}", names.join("; "))
 }
 
-/// The machines a coordinator reports failed: at most the `slaves` of the
-/// query's machine table.
-pub(crate) fn coordinator_failures(
-    result: coordinate_result::Reader<'_>,
-    slaves: u32,
-) -> capnp::Result<Vec<FailedMachine>> {
-    match result.which()? {
-        coordinate_result::FailedMachines(list) => {
-            let list = list?;
-            crate::wire::at_most(list.len(), slaves, "failed machines")?;
-            list.iter().map(FailedMachine::read).collect()
-        }
-        coordinate_result::Vector(_) | coordinate_result::Count(_) => Ok(Vec::new()),
-    }
-}
-
 fn fetch_found(response: &Response<slave::fetch_results::Owned>) -> capnp::Result<bool> {
     Ok(!matches!(
         response.get()?.get_result()?.which()?,
         fetch_result::NotFound(())
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A coordinator's result naming `count` failed machines `s0`, `s1`, ...
-    fn failed(count: u32) -> capnp::message::Builder<capnp::message::HeapAllocator> {
-        let mut message = capnp::message::Builder::new_default();
-        let result = message.init_root::<coordinate_result::Builder<'_>>();
-        let mut list = result.init_failed_machines(count);
-        for i in 0..count {
-            let mut machine = list.reborrow().get(i);
-            machine.set_name(format!("s{i}").as_str());
-            machine.set_reason("connection refused");
-        }
-        message
-    }
-
-    #[test]
-    fn a_coordinator_names_at_most_every_slave_as_failed() {
-        let two = failed(2);
-        let read = coordinator_failures(two.get_root_as_reader().unwrap(), 4).unwrap();
-        let names: Vec<&str> = read.iter().map(|f| f.name.as_str()).collect();
-        assert_eq!(names, ["s0", "s1"]);
-        let five = failed(5);
-        let refused = coordinator_failures(five.get_root_as_reader().unwrap(), 4)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            refused.contains("5 failed machines in one message, more than the 4 allowed"),
-            "{refused}"
-        );
-        // 24 bytes that would read as 2^27 - 16 failures of 72 bytes each.
-        let empty = crate::wire::empty_structs((1 << 27) - 16);
-        let mut message = capnp::message::Builder::new_default();
-        message
-            .init_root::<coordinate_result::Builder<'_>>()
-            .set_failed_machines(empty.get_root().unwrap())
-            .unwrap();
-        let refused = coordinator_failures(message.get_root_as_reader().unwrap(), 4)
-            .unwrap_err()
-            .to_string();
-        assert!(refused.contains("134217712 failed machines"), "{refused}");
-    }
 }

@@ -43,9 +43,6 @@ pub(crate) mod start;
 mod trace;
 mod update;
 
-#[cfg(feature = "fuzzing")]
-pub(crate) use answer::coordinator_failures;
-
 pub use options::MasterOptions;
 pub use plan::{CoordinatorPolicy, PlanChoice};
 pub use reply::MAX_DATA_BYTES;
@@ -57,10 +54,9 @@ use std::rc::Rc;
 
 use crate::bitfold_capnp::{master, update_outcome};
 use crate::catalog::Catalog;
-use crate::chain::VidRun;
+use crate::chain::{FailedMachine, VidRun};
 use crate::metrics::{self, MasterMetrics};
 use crate::net::{self, Pool};
-use crate::slave::handler::FailedMachine;
 use bitfold_proto::ErrorKind;
 use fence::Fence;
 use in_flight::InFlight;

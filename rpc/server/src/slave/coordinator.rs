@@ -16,11 +16,11 @@ use capnp::capability::Response;
 
 use crate::bitfold_capnp::{HopKind, PlanKind, Want, query_return_value, slave};
 use crate::budget::Budget;
-use crate::chain::Node;
+use crate::chain::{FailedMachine, Machines, Node};
 use crate::hop::{self, Hop};
 use crate::wire::{self, HoleBudget, WirePart};
 
-use super::handler::{self, FailedMachine, Machines, Nodes, Step};
+use super::handler::{self, Nodes, Step};
 use super::term_union::{TermEnd, TermUnion};
 use super::{Slave, fan_out};
 

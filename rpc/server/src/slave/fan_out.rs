@@ -16,12 +16,11 @@ use capnp::capability::{Promise, Response};
 
 use crate::bitfold_capnp::{HopKind, gather_result, slave};
 use crate::budget::Budget;
-use crate::chain::{self, Node, VidRun};
+use crate::chain::{self, FailedMachine, Machines, Node, VidRun};
 use crate::hop::Hop;
 use crate::wire::{self, HoleBudget, WirePart};
 
 use super::Slave;
-use super::handler::{FailedMachine, Machines};
 use super::term_union::TermEnd;
 
 /// The vids of each term on one machine: `runs[t]` for term `t`, ascending

@@ -16,9 +16,9 @@ use bitfold_engine::VectorPart;
 use bitfold_engine::fold::{UnionPlan, Unread};
 use capnp::capability::{Promise, Response};
 
-use crate::bitfold_capnp::{HopKind, machine, machine_vec_node, part, slave};
+use crate::bitfold_capnp::{HopKind, machine_vec_node, part, slave};
 use crate::budget::{Budget, hops, micros};
-use crate::chain::{self, Node};
+use crate::chain::{self, FailedMachine, Machines, Node};
 use crate::hop::{self, Hop};
 use crate::wire::{self, HoleBudget};
 
@@ -27,52 +27,6 @@ use super::term_union::TermEnd;
 
 /// A chain's nodes.
 pub(crate) type Nodes<'a> = capnp::struct_list::Reader<'a, machine_vec_node::Owned>;
-/// A chain's machine table.
-pub(crate) type Machines<'a> = capnp::struct_list::Reader<'a, machine::Owned>;
-
-/// A machine that failed, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct FailedMachine {
-    pub(crate) name: String,
-    pub(crate) addr: String,
-    pub(crate) reason: String,
-}
-
-impl FailedMachine {
-    /// Entry `index` of the machine table, failed for `reason`.
-    pub(crate) fn at(machines: Machines<'_>, index: u32, reason: String) -> capnp::Result<Self> {
-        if index >= machines.len() {
-            return Err(wire::failed(format!(
-                "a chain names machine {index} of a table of {}",
-                machines.len()
-            )));
-        }
-        let machine = machines.get(index);
-        Ok(FailedMachine {
-            name: machine.get_name()?.to_string()?,
-            addr: machine.get_addr()?.to_string()?,
-            reason,
-        })
-    }
-
-    /// Reads one from the wire.
-    pub(crate) fn read(
-        reader: crate::bitfold_capnp::failed_machine::Reader<'_>,
-    ) -> capnp::Result<Self> {
-        Ok(FailedMachine {
-            name: reader.get_name()?.to_string()?,
-            addr: reader.get_addr()?.to_string()?,
-            reason: reader.get_reason()?.to_string()?,
-        })
-    }
-
-    /// Writes it to the wire.
-    pub(crate) fn write(&self, mut builder: crate::bitfold_capnp::failed_machine::Builder<'_>) {
-        builder.set_name(self.name.as_str());
-        builder.set_addr(self.addr.as_str());
-        builder.set_reason(self.reason.as_str());
-    }
-}
 
 /// How a chain went from this machine on.
 pub(crate) enum Step {

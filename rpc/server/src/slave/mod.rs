@@ -20,11 +20,6 @@ mod pull;
 pub(crate) mod term_union;
 mod writes;
 
-#[cfg(feature = "fuzzing")]
-pub(crate) use pull::read_copies;
-use writes::concatenate;
-#[cfg(feature = "fuzzing")]
-pub(crate) use writes::{ChangeView, change_views, import_views, read_changes, read_import};
 use writes::{
     WriteError, fenced, import_batch, log_applied_already, stage_batch, update_batch, write_changed,
 };
@@ -44,7 +39,7 @@ use bitfold_engine::store::{Fenced, ImportStats, Snapshot, Staged, Stamp, Store,
 
 use crate::bitfold_capnp::{Want, slave, stamp, store_state};
 use crate::budget::{self, Budget};
-use crate::chain::VidRun;
+use crate::chain::{Machines, VidRun};
 use crate::metrics::{self, SlaveMetrics};
 use crate::net::{self, Pool};
 use crate::tls::Tls;
@@ -405,7 +400,7 @@ impl Slave {
     /// if it names another session; an error if the table has no such entry.
     pub(crate) fn machine_differs(
         &self,
-        machines: handler::Machines<'_>,
+        machines: Machines<'_>,
         index: u32,
     ) -> capnp::Result<Option<String>> {
         if index >= machines.len() {

@@ -1,14 +1,12 @@
-//! What a slave makes of a master's write before and after it touches its
-//! store: an import's or an update's changes read within the bounds of one
-//! message and validated, handed to the store fenced by their stamp
-//! (`Store::import_at`, `update_at`, `stage`), and the outcome as the
-//! master reads it.
+//! What a slave makes of a master's write: an import's or an update's
+//! changes, read and validated as [`bitfold_proto::writes`] reads them,
+//! handed to the store fenced by their stamp (`Store::import_at`,
+//! `update_at`, `stage`), and the outcome as the master reads it.
 
 use bitfold_engine::store::{Fenced, ImportStats, Staged, Stamp, Store, StoreError, Update};
-use bitfold_engine::{ContainerRef, VectorBuf, VectorPart};
+use bitfold_proto::writes::{ChangeView, change_views, import_views, read_changes, read_import};
 
-use crate::bitfold_capnp::{change, change_result, vid_vector};
-use crate::wire;
+use crate::bitfold_capnp::change_result;
 
 /// Why a write was not done.
 #[derive(Debug, thiserror::Error)]
@@ -92,32 +90,6 @@ pub(crate) fn write_changed(
     }
 }
 
-/// The parts of an import's vectors, each with its vid, in the order they
-/// came: what a slave reads, within the import bounds, before it validates
-/// each part and touches its store.
-pub(crate) fn read_import(
-    vectors: capnp::struct_list::Reader<'_, vid_vector::Owned>,
-) -> capnp::Result<Vec<(u64, wire::WirePart<'_>)>> {
-    wire::check_import(vectors)?;
-    let mut wire_parts = Vec::new();
-    for vector in vectors.iter() {
-        let vid = vector.get_vid();
-        for part in wire::read_parts(vector.get_parts()?)? {
-            wire_parts.push((vid, part));
-        }
-    }
-    Ok(wire_parts)
-}
-
-/// The validated views of an import's parts ([`read_import`]), each with its vid.
-pub(crate) fn import_views<'p>(
-    parts: &'p [(u64, wire::WirePart<'_>)],
-) -> capnp::Result<Vec<(u64, VectorPart<'p>)>> {
-    let view =
-        |(vid, part): &'p (u64, wire::WirePart<'_>)| Ok((*vid, part.view().map_err(wire::failed)?));
-    parts.iter().map(view).collect()
-}
-
 /// Validates the changes of an update message and applies them, in order,
 /// as one durable update, write `stamp` of a master of `epoch` (fenced:
 /// [`Store::update_at`]); returns the vids that changed.
@@ -148,93 +120,11 @@ pub(super) fn update_batch(
     })
 }
 
-/// One change of an update, read from its message: its vid, what it does,
-/// and the parts of a clear or a replace (none for a delete).
-pub(crate) struct ChangeParts<'a> {
-    vid: u64,
-    kind: ChangeKind,
-    parts: Vec<wire::WirePart<'a>>,
-}
-
-/// What a change does.
-#[derive(Clone, Copy)]
-enum ChangeKind {
-    Clear,
-    Delete,
-    Replace,
-}
-
-/// Reads the changes of an update as a slave does before it touches its
-/// store: refused whole if over the bounds of one update
-/// ([`wire::check_changes`]) or if a change's parts do not read.
-pub(crate) fn read_changes(
-    changes: capnp::struct_list::Reader<'_, change::Owned>,
-) -> capnp::Result<Vec<ChangeParts<'_>>> {
-    wire::check_changes(changes)?;
-    changes
-        .iter()
-        .map(|change| {
-            let (kind, parts) = match change.which()? {
-                change::Clear(parts) => (ChangeKind::Clear, wire::read_parts(parts?)?),
-                change::Delete(()) => (ChangeKind::Delete, Vec::new()),
-                change::Replace(parts) => (ChangeKind::Replace, wire::read_parts(parts?)?),
-                change::Set(_) => {
-                    return Err(wire::failed(
-                        "an update cannot set bits: the bits of an import travel as an import",
-                    ));
-                }
-            };
-            Ok(ChangeParts {
-                vid: change.get_vid(),
-                kind,
-                parts,
-            })
-        })
-        .collect()
-}
-
-/// What one change does to the store, validated.
-pub(crate) enum ChangeView<'p> {
-    /// Clear the bits of these parts from the vector.
-    Clear(u64, Vec<VectorPart<'p>>),
-    /// Remove the vector.
-    Delete(u64),
-    /// Make the vector exactly this (its parts put together).
-    Replace(u64, VectorBuf),
-}
-
-/// The changes `read` ([`read_changes`]) as the store takes them: every
-/// part validated, a replace's parts put together into its vector.
-pub(crate) fn change_views<'p>(read: &'p [ChangeParts<'_>]) -> capnp::Result<Vec<ChangeView<'p>>> {
-    read.iter()
-        .map(|change| {
-            let views = wire::stored_views(&change.parts)?;
-            Ok(match change.kind {
-                ChangeKind::Clear => ChangeView::Clear(change.vid, views),
-                ChangeKind::Delete => ChangeView::Delete(change.vid),
-                ChangeKind::Replace => ChangeView::Replace(change.vid, concatenate(&views)?),
-            })
-        })
-        .collect()
-}
-
-/// The vector made of `parts` (key-disjoint, in ascending key order, as
-/// the parts of a vector travel).
-pub(crate) fn concatenate(parts: &[VectorPart<'_>]) -> capnp::Result<VectorBuf> {
-    let mut vector = VectorBuf::new();
-    for (key, container) in parts.iter().flat_map(|p| p.containers()) {
-        match container {
-            ContainerRef::Dense(words) => vector.push_dense(key, words),
-            ContainerRef::Sparse(values) => vector.push_sparse(key, values),
-        }
-        .map_err(|e| wire::failed(format!("a replaced vector's parts overlap: {e}")))?;
-    }
-    Ok(vector)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bitfold_capnp::vid_vector;
+    use crate::wire;
 
     /// An import message of `count` vectors, vid `i` holding bit `i`.
     fn vectors(count: u32) -> capnp::message::Builder<capnp::message::HeapAllocator> {
