@@ -1,10 +1,14 @@
 //! `bitfold bench`: its JSON line holds the figures it promises, against a
-//! local cluster of its own or a running one; impossible workloads are
-//! refused before anything starts. Never an assertion on speed.
+//! local cluster of its own (plain or over mutual TLS) or a running one;
+//! impossible workloads are refused before anything starts; benches/tls.sh
+//! reports its pairs of plain and TLS runs. Never an assertion on speed.
+
+use std::path::Path;
+use std::process::Command;
 
 use serde_json::Value;
 
-use crate::util::{Cluster, bitfold, stderr, stdout};
+use crate::util::{Cluster, bitfold, bitfold_bin, stderr, stdout};
 
 /// The one JSON line of a successful `--json` run.
 fn json_line(output: &std::process::Output) -> Value {
@@ -21,26 +25,22 @@ fn number(line: &Value, field: &str) -> f64 {
         .unwrap_or_else(|| panic!("no number {field} in {line}"))
 }
 
+/// A local cluster and a data set small enough for a test.
+const SMALL: [&str; 8] = [
+    "--slaves",
+    "2",
+    "--vectors",
+    "40",
+    "--bits",
+    "2^16",
+    "--vids-per-term",
+    "8",
+];
+
 #[test]
 fn bench_on_a_local_cluster_reports_its_figures() {
-    let run = bitfold(&[
-        "bench",
-        "--slaves",
-        "2",
-        "--vectors",
-        "40",
-        "--bits",
-        "2^16",
-        "--terms",
-        "2",
-        "--vids-per-term",
-        "8",
-        "--queries",
-        "20",
-        "--warmup",
-        "3",
-        "--json",
-    ]);
+    let flags = ["--terms", "2", "--queries", "20", "--warmup", "3", "--json"];
+    let run = bitfold(&[&["bench"], &SMALL[..], &flags].concat());
     let line = json_line(&run);
     assert_eq!(line["system"], "bitfold");
     assert_eq!(line["form"], "count");
@@ -48,6 +48,7 @@ fn bench_on_a_local_cluster_reports_its_figures() {
     assert_eq!(line["queries"], 20);
     assert_eq!(line["concurrency"], 2);
     assert_eq!(line["policy"], "round-robin");
+    assert_eq!(line["tls"], false);
     // 2 terms of 8 vectors, each one dense container of 8 KiB at 50%.
     assert_eq!(number(&line, "bytes_per_query"), 2.0 * 8.0 * 8192.0);
     for field in ["seconds", "queries_per_second", "bitmap_bytes_per_second"] {
@@ -62,33 +63,64 @@ fn bench_on_a_local_cluster_reports_its_figures() {
     assert_eq!(number(&line, "answer_bytes_per_second"), 0.0, "counts only");
 }
 
-/// `--tls` runs the same workload plain and over mutual TLS and reports
-/// both, with the cost of TLS as the ratio of their times per query.
+/// `--tls` runs the local cluster with mutual TLS on every link, with
+/// certificates made for the run: the same workload, answers and figures.
 #[test]
-fn bench_with_tls_reports_plain_and_tls_runs_side_by_side() {
-    let run = bitfold(&[
-        "bench",
-        "--tls",
-        "--slaves",
-        "2",
-        "--vectors",
-        "40",
-        "--bits",
-        "2^16",
-        "--vids-per-term",
-        "8",
-        "--queries",
-        "20",
-        "--json",
-    ]);
-    let line = json_line(&run);
-    for side in ["plain", "tls"] {
-        assert_eq!(line[side]["queries"], 20, "{line}");
-        assert_eq!(number(&line[side], "bytes_per_query"), 3.0 * 8.0 * 8192.0);
+fn bench_with_tls_runs_its_local_cluster_over_mutual_tls() {
+    let workload = [&["bench", "--tls"], &SMALL[..]].concat();
+    let line = json_line(&bitfold(
+        &[&workload[..], &["--queries", "20", "--json"]].concat(),
+    ));
+    assert_eq!(line["tls"], true, "{line}");
+    assert_eq!(line["queries"], 20, "{line}");
+    assert_eq!(number(&line, "bytes_per_query"), 3.0 * 8.0 * 8192.0);
+    for field in [
+        "queries_per_second",
+        "sent_bytes_per_query",
+        "cpu_ms_per_query",
+    ] {
+        assert!(number(&line, field) > 0.0, "{field} in {line}");
     }
-    let ratio =
-        number(&line["plain"], "queries_per_second") / number(&line["tls"], "queries_per_second");
-    assert!((number(&line, "tls_cost") - ratio).abs() < 1e-9, "{line}");
+
+    let run = bitfold(&[&workload[..], &["--queries", "5"]].concat());
+    assert!(run.status.success(), "{}", stderr(&run));
+    let text = stdout(&run);
+    assert!(
+        text.contains("on a local cluster of 2 slaves (") && text.contains(", mutual TLS):"),
+        "{text}"
+    );
+}
+
+/// benches/tls.sh runs `bench` plain and with `--tls` in turn and reports
+/// each pair's ratios and their medians.
+#[test]
+fn the_tls_script_reports_each_pair_of_plain_and_tls_runs() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/tls.sh");
+    let run = Command::new(script)
+        .env("BITFOLD", bitfold_bin())
+        .args(["--rounds", "2"])
+        .args(SMALL)
+        .args(["--queries", "10"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", stderr(&run));
+    let text = stdout(&run);
+    let lines: Vec<&str> = text.lines().collect();
+    let starts = [
+        "round 1, plain: ",
+        "round 1, tls: ",
+        "round 2, plain: ",
+        "round 2, tls: ",
+        "pair 1: TLS adds ",
+        "pair 2: TLS adds ",
+        "median of 2 pairs: TLS adds ",
+    ];
+    assert_eq!(lines.len(), starts.len(), "{text}");
+    for (line, start) in lines.iter().zip(starts) {
+        assert!(line.starts_with(start), "{start:?} expected: {text}");
+    }
+    assert!(lines[0].ends_with(" ms CPU a query"), "{text}");
+    assert!(lines[6].ends_with("% CPU a query"), "{text}");
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::fs;
 use std::path::Path;
 
 use bitfold_client::{Client, Format, LocalClient};
-use bitfold_net::tls::{self, Files, Tls};
+use bitfold_net::tls::{Files, Tls};
 use bitfold_server::cluster::ClusterFile;
 
 use crate::util::{
@@ -167,7 +167,7 @@ fn a_peer_without_a_certificate_of_the_cluster_ca_is_refused_clearly() {
 
     // Another cluster's certificates: the client refuses the master's.
     let other = dir.path().join("other");
-    tls::generate(&other, &["client"]).unwrap();
+    bitfold_certs::generate(&other, &["client"]).unwrap();
     let other_client = other.join("client");
     let run = bitfold(&[
         "query",
@@ -226,7 +226,7 @@ fn a_peer_without_a_certificate_of_the_cluster_ca_is_refused_clearly() {
 fn the_master_takes_its_certificates_from_the_cluster_file_unless_given_tls() {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
-    tls::generate(&certs, &["master", "s0", "s1", "client"]).unwrap();
+    bitfold_certs::generate(&certs, &["master", "s0", "s1", "client"]).unwrap();
     let slave = |name: &str| {
         let args: Vec<String> = [
             "slave",

@@ -458,11 +458,9 @@ pub struct BenchArgs {
     /// Print one JSON object on one line instead of the report for people.
     #[arg(long)]
     pub json: bool,
-    /// Run the workload on two local clusters of the same data, one plain
-    /// and one with mutual TLS on every link, and report both and their
-    /// ratio. The two take turns in 4 rounds each (plain, TLS, TLS, plain,
-    /// ...), each a quarter of `--duration` or of `--queries` (rounded up),
-    /// so that a change in the machine's speed weighs on both alike.
+    /// Run every link of the local cluster with mutual TLS, with a cluster
+    /// CA and certificates made for the run (benches/tls.sh compares it
+    /// with plain runs).
     #[arg(long, conflicts_with = "master")]
     pub tls: bool,
 }

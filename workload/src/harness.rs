@@ -77,32 +77,6 @@ impl Measured {
     pub fn percentile(&self, percent: f64) -> Duration {
         percentile(&self.latencies, percent)
     }
-
-    /// Adds `later`, a run of the same query list, to this one: as if the
-    /// two had run back to back. A query answered differently in the two
-    /// is inconsistent.
-    pub fn absorb(&mut self, later: Measured) {
-        self.queries += later.queries;
-        self.elapsed += later.elapsed;
-        self.latencies.extend(later.latencies);
-        self.latencies.sort_unstable();
-        if self.answers.len() < later.answers.len() {
-            self.answers.resize(later.answers.len(), None);
-        }
-        for (i, answer) in later.answers.into_iter().enumerate() {
-            match (self.answers[i], answer) {
-                (Some(first), Some(again)) if first != again => self.inconsistent.push(i),
-                (None, again) => self.answers[i] = again,
-                _ => {}
-            }
-        }
-        self.inconsistent.extend(later.inconsistent);
-        self.inconsistent.sort_unstable();
-        self.inconsistent.dedup();
-        self.bytes += later.bytes;
-        self.answer_bytes += later.answer_bytes;
-        self.client_cpu += later.client_cpu;
-    }
 }
 
 /// The nearest-rank percentile of ascending `sorted` values (zero for none).
@@ -365,42 +339,6 @@ mod tests {
         assert_eq!(percentile(&few, 50.0), Duration::from_millis(7));
         assert_eq!(percentile(&few, 99.0), Duration::from_millis(20));
         assert_eq!(percentile(&[], 50.0), Duration::ZERO);
-    }
-
-    /// A run of `queries` of the list, each query `i` answered `answer(i)`.
-    fn measured(queries: u64, answer: impl Fn(usize) -> u64 + Sync) -> Measured {
-        let settings = BenchSettings {
-            concurrency: 1,
-            warmup: 0,
-            limit: Limit::Queries(queries),
-        };
-        run(
-            6,
-            settings,
-            || Ok::<_, String>(()),
-            |_, i| Ok(reply(answer(i))),
-            |_| 10,
-            |_| {},
-        )
-        .unwrap()
-    }
-
-    #[test]
-    fn rounds_absorbed_add_up_and_a_changed_answer_is_inconsistent() {
-        let mut first = measured(4, |i| i as u64);
-        let later = measured(9, |i| i as u64);
-        let elapsed = first.elapsed + later.elapsed;
-        first.absorb(later);
-        assert_eq!(first.queries, 13);
-        assert_eq!(first.bytes, 130);
-        assert_eq!(first.elapsed, elapsed);
-        assert_eq!(first.latencies.len(), 13);
-        assert!(first.latencies.windows(2).all(|w| w[0] <= w[1]));
-        assert_eq!(first.answers, (0..6).map(Some).collect::<Vec<_>>());
-        assert!(first.inconsistent.is_empty());
-
-        first.absorb(measured(6, |i| if i == 2 { 99 } else { i as u64 }));
-        assert_eq!(first.inconsistent, [2]);
     }
 
     #[test]

@@ -35,14 +35,6 @@ pub struct Traffic {
     pub sent_bytes: u64,
 }
 
-impl std::ops::AddAssign for Traffic {
-    /// Adds what `other` read and sent.
-    fn add_assign(&mut self, other: Traffic) {
-        self.read_bytes += other.read_bytes;
-        self.sent_bytes += other.sent_bytes;
-    }
-}
-
 impl Traffic {
     /// What was read and sent after `before`.
     pub fn since(self, before: Traffic) -> Traffic {

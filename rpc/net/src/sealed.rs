@@ -728,6 +728,7 @@ mod tests {
 
     use super::*;
     use crate::tls::{self, Tls};
+    use bitfold_certs::generate;
 
     /// Two loopback sockets connected to each other: (dialled, accepted).
     async fn sockets() -> (TcpStream, TcpStream) {
@@ -742,8 +743,8 @@ mod tests {
     /// certificate of the other.
     fn configurations() -> [Tls; 4] {
         let dir = tempfile::tempdir().unwrap();
-        tls::generate(&dir.path().join("ours"), &["a", "b"]).unwrap();
-        tls::generate(&dir.path().join("theirs"), &["c"]).unwrap();
+        generate(&dir.path().join("ours"), &["a", "b"]).unwrap();
+        generate(&dir.path().join("theirs"), &["c"]).unwrap();
         let load = |path: &str| Tls::load(&dir.path().join(path)).unwrap();
         let mixed = tls::Files {
             ca: dir.path().join("ours/ca.pem"),

@@ -1,9 +1,8 @@
 //! Mutual TLS on every link (docs/protocol.md §11): a TLS folder holds the
 //! cluster's certificate authority (`ca.pem`) and one process's certificate
 //! and key (`cert.pem`, `key.pem`). [`Tls::load`] reads one ([`Tls::load_files`]
-//! the same files named one by one); `generate` (with the feature
-//! `generate`, which a client leaves off) writes a new authority and a folder
-//! per process, as `bitfold up --tls` does.
+//! the same files named one by one); the crate `bitfold-certs` (the command
+//! line's, not a client's) writes them, as `bitfold up --tls` does.
 //!
 //! Both ends of a link present a certificate and check the other's against
 //! the CA: a server refuses a client without one, a client refuses a server
@@ -32,7 +31,7 @@ pub const CERT_FILE: &str = "cert.pem";
 /// The process's private key in a TLS folder.
 pub const KEY_FILE: &str = "key.pem";
 
-/// Why TLS files could not be read or written.
+/// Why TLS files could not be read or used.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// A file could not be read.
@@ -59,17 +58,6 @@ pub enum TlsError {
         files: Box<Files>,
         /// What rustls said (part of the message, not a `source()`).
         cause: String,
-    },
-    /// A new certificate could not be made.
-    #[error("cannot make a certificate: {0}")]
-    Generate(String),
-    /// A file could not be written.
-    #[error("cannot write {}: {cause}", path.display())]
-    Write {
-        /// The file.
-        path: PathBuf,
-        /// The underlying error (part of the message, not a `source()`).
-        cause: std::io::Error,
     },
 }
 
@@ -215,84 +203,10 @@ fn provider() -> CryptoProvider {
     provider
 }
 
-#[cfg(any(test, feature = "generate"))]
-/// Writes a new certificate authority to `dir/ca.pem` and, for each of
-/// `names`, a TLS folder `dir/NAME` holding a copy of it and a certificate
-/// and key it signed. The CA's own key is not kept: to add a process,
-/// generate the whole set again.
-#[cfg(any(test, feature = "generate"))]
-pub fn generate(dir: &Path, names: &[&str]) -> Result<(), TlsError> {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-        KeyPair, KeyUsagePurpose, SanType,
-    };
-    let failed = |e: rcgen::Error| TlsError::Generate(e.to_string());
-
-    let ca_key = KeyPair::generate().map_err(failed)?;
-    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(failed)?;
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "bitfold cluster CA");
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_pem = ca.self_signed(&ca_key).map_err(failed)?.pem();
-    let issuer = Issuer::new(ca, ca_key);
-
-    write(&dir.join(CA_FILE), &ca_pem)?;
-    for name in names {
-        let key = KeyPair::generate().map_err(failed)?;
-        let mut params =
-            CertificateParams::new(vec![SERVER_NAME.to_owned(), "localhost".to_owned()])
-                .map_err(failed)?;
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress([127, 0, 0, 1].into()));
-        params.distinguished_name.push(DnType::CommonName, *name);
-        // Strict verifiers (OpenSSL's X509_STRICT) want the issuer named by key.
-        params.use_authority_key_identifier_extension = true;
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        let cert = params.signed_by(&key, &issuer).map_err(failed)?;
-        let folder = dir.join(name);
-        write(&folder.join(CA_FILE), &ca_pem)?;
-        write(&folder.join(CERT_FILE), &cert.pem())?;
-        write_private(&folder.join(KEY_FILE), &key.serialize_pem())?;
-    }
-    Ok(())
-}
-
-#[cfg(any(test, feature = "generate"))]
-fn write(path: &Path, text: &str) -> Result<(), TlsError> {
-    let written = match path.parent() {
-        Some(parent) => fs::create_dir_all(parent).and_then(|()| fs::write(path, text)),
-        None => fs::write(path, text),
-    };
-    written.map_err(|cause| TlsError::Write {
-        path: path.to_owned(),
-        cause,
-    })
-}
-
-/// Writes a key readable by its owner only.
-#[cfg(any(test, feature = "generate"))]
-fn write_private(path: &Path, text: &str) -> Result<(), TlsError> {
-    write(path, text)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(|cause| {
-            TlsError::Write {
-                path: path.to_owned(),
-                cause,
-            }
-        })?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
+    use bitfold_certs::generate;
+
     use super::*;
 
     #[test]

@@ -32,7 +32,7 @@ use futures::future::BoxFuture;
 use crate::cluster::{ClusterConfig, SlaveEntry};
 use crate::master::{self, MasterOptions};
 use crate::slave::{self, SlaveOptions};
-use crate::tls::{self, Tls, TlsError};
+use crate::tls::{Tls, TlsError};
 
 /// How long a server may take to start listening.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -213,22 +213,9 @@ pub fn loopback(slaves: usize, replicas: usize) -> ClusterConfig {
     }
 }
 
-/// The TLS folder of the master, among those [`generate_tls`] writes.
+/// The master's TLS folder among a local cluster's (each slave's is named
+/// after it).
 pub const MASTER_TLS: &str = "master";
-
-/// The TLS folder of a DBMS or `bitfold` command, among those [`generate_tls`] writes.
-pub const CLIENT_TLS: &str = "client";
-
-/// Writes a new cluster CA to `dir/ca.pem` and a TLS folder signed by it
-/// for each process of `cluster`: `dir/master`, `dir/NAME` for each slave,
-/// and `dir/client` for the DBMS and the `bitfold` commands.
-pub fn generate_tls(dir: &Path, cluster: &ClusterConfig) -> Result<(), TlsError> {
-    let names: Vec<&str> = [MASTER_TLS, CLIENT_TLS]
-        .into_iter()
-        .chain(cluster.slaves.iter().map(|s| s.name.as_str()))
-        .collect();
-    tls::generate(dir, &names)
-}
 
 /// A master and its slaves, serving from threads of this process; all of
 /// them stop when it is dropped or by [`LocalCluster::stop`].
@@ -255,9 +242,9 @@ impl LocalCluster {
         LocalCluster::start_tls(root, cluster, master_listen, None, tune)
     }
 
-    /// Like [`LocalCluster::start`], and with `tls`, a folder written by
-    /// [`generate_tls`] for this cluster, every link runs mutual TLS: each
-    /// server uses its folder `tls/NAME` (the master's is `tls/master`).
+    /// Like [`LocalCluster::start`], and with `tls`, a folder holding a TLS
+    /// folder for each server of this cluster, every link runs mutual TLS:
+    /// each slave uses `tls/NAME`, the master `tls/master` ([`MASTER_TLS`]).
     pub fn start_tls(
         root: &Path,
         cluster: ClusterConfig,

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use bitfold_client::{Answer, Client, Format, LocalClient, Traffic};
+use bitfold_client::{Answer, Client, Format, LocalClient};
 use bitfold_net::tls::Tls;
-use bitfold_server::local::{CLIENT_TLS, LocalCluster, generate_tls};
+use bitfold_server::local::LocalCluster;
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::demo::read_vectors;
 use super::import::{Action, Destination, import_paths};
 use super::load_tls;
-use super::local::numbered_cluster;
+use super::local::{CLIENT_TLS, generate_tls, numbered_cluster};
 use crate::cli::BenchArgs;
 use bitfold_workload::dataset::{self, DataSet, Shape, part_bytes};
 use bitfold_workload::harness::{self, BenchSettings, Limit, Measured, Reply, process_cpu};
@@ -63,57 +63,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     // Refuse an impossible shape before anything is started or loaded.
     dataset::queries(usize::try_from(vectors)?, shape, 0, args.seed).map_err(anyhow::Error::msg)?;
 
-    if !args.tls {
-        let prepared = Prepared::start(&args, shape, &generated, false)?;
-        let round = prepared.round(settings)?;
-        let report = prepared.report(&args, settings, round)?;
-        if args.json {
-            println!("{}", serde_json::to_string(&report)?);
-        } else {
-            report.print(&prepared.description);
-        }
-        return Ok(());
-    }
-    // The same workload on the same data, plain and with mutual TLS on every
-    // link, in this one process: in rounds that take turns, in the order
-    // plain, TLS, TLS, plain, ..., so that a drift in the machine's speed
-    // (other work on it) weighs on both alike.
-    let plain = Prepared::start(&args, shape, &generated, false)?;
-    let tls = Prepared::start(&args, shape, &generated, true)?;
-    let round_settings = BenchSettings {
-        limit: match settings.limit {
-            Limit::Queries(count) => Limit::Queries(count.div_ceil(TLS_ROUNDS)),
-            Limit::Time(time) => Limit::Time(time / TLS_ROUNDS as u32),
-        },
-        ..settings
-    };
-    let (mut plain_rounds, mut tls_rounds) = (Vec::new(), Vec::new());
-    for round in 0..TLS_ROUNDS {
-        let tls_first = round % 2 == 1;
-        for encrypted in [tls_first, !tls_first] {
-            if encrypted {
-                tls_rounds.push(tls.round(round_settings)?);
-            } else {
-                plain_rounds.push(plain.round(round_settings)?);
-            }
-        }
-    }
-    let comparison = TlsComparison::new(
-        plain.report(&args, round_settings, Round::combined(plain_rounds))?,
-        tls.report(&args, round_settings, Round::combined(tls_rounds))?,
-    );
+    let prepared = Prepared::start(&args, shape, &generated)?;
+    let report = prepared.measure(&args, settings)?;
     if args.json {
-        println!("{}", serde_json::to_string(&comparison)?);
+        println!("{}", serde_json::to_string(&report)?);
     } else {
-        comparison.plain.print(&plain.description);
-        comparison.tls.print(&tls.description);
-        comparison.print();
+        report.print(&prepared.description);
     }
     Ok(())
 }
-
-/// Rounds each of `bench --tls`'s two clusters runs, taking turns.
-const TLS_ROUNDS: u64 = 4;
 
 /// A cluster with the data set loaded, and the workload's queries.
 struct Prepared {
@@ -130,40 +88,10 @@ struct Prepared {
     form: Format,
 }
 
-/// One measured run of the workload, and what it cost.
-struct Round {
-    measured: Measured,
-    /// CPU time of this process during the run.
-    cpu: Duration,
-    traffic: Traffic,
-    /// Rounds this is (each with its warm-up).
-    rounds: u64,
-}
-
-impl Round {
-    /// Rounds of the same workload as one.
-    fn combined(rounds: Vec<Round>) -> Round {
-        let mut rounds = rounds.into_iter();
-        let mut all = rounds.next().expect("at least one round");
-        for round in rounds {
-            all.measured.absorb(round.measured);
-            all.cpu += round.cpu;
-            all.traffic += round.traffic;
-            all.rounds += round.rounds;
-        }
-        all
-    }
-}
-
 impl Prepared {
-    /// Starts a local cluster (with mutual TLS on every link if `tls`) or
-    /// uses `--master`, and loads the data set.
-    fn start(
-        args: &BenchArgs,
-        shape: Shape,
-        generated: &DataSet,
-        tls: bool,
-    ) -> anyhow::Result<Prepared> {
+    /// Starts a local cluster (with mutual TLS on every link with `--tls`)
+    /// or uses `--master`, and loads the data set.
+    fn start(args: &BenchArgs, shape: Shape, generated: &DataSet) -> anyhow::Result<Prepared> {
         let dir = tempfile::tempdir().context("cannot create a directory for the local cluster")?;
         let mut local = None;
         let mut tls_folder = None;
@@ -176,7 +104,7 @@ impl Prepared {
                     bail!("--group {} is not a power of two", args.group);
                 }
                 let (policy, plan) = (args.policy, args.plan);
-                if tls {
+                if args.tls {
                     let folder = dir.path().join("tls");
                     generate_tls(&folder, &config)?;
                     tls_folder = Some(folder);
@@ -195,7 +123,11 @@ impl Prepared {
                     "a local cluster of {} slaves ({policy} coordinators, {plan} plan, group {}{})",
                     args.slaves,
                     args.group,
-                    if tls { ", mutual TLS" } else { ", plain TCP" },
+                    if args.tls {
+                        ", mutual TLS"
+                    } else {
+                        ", plain TCP"
+                    },
                 );
                 (started.master_addr().to_string(), description)
             }
@@ -248,8 +180,8 @@ impl Prepared {
         })
     }
 
-    /// Runs the workload once, as `settings` say.
-    fn round(&self, settings: BenchSettings) -> anyhow::Result<Round> {
+    /// Runs the workload as `settings` say, and reports what it measured.
+    fn measure(&self, args: &BenchArgs, settings: BenchSettings) -> anyhow::Result<Report> {
         let list_len = match settings.limit {
             Limit::Queries(count) => (settings.warmup + count).min(MOST_DISTINCT_QUERIES) as usize,
             Limit::Time(_) => self.messages.len(),
@@ -285,28 +217,6 @@ impl Prepared {
         let cpu = process_cpu().saturating_sub(cpu_before);
         let traffic = self.connect()?.traffic()?.since(traffic_before);
         bar.finish_and_clear();
-        Ok(Round {
-            measured,
-            cpu,
-            traffic,
-            rounds: 1,
-        })
-    }
-
-    /// The report of `round`, run with `settings` (its warm-up counted
-    /// once per round in what each query cost).
-    fn report(
-        &self,
-        args: &BenchArgs,
-        settings: BenchSettings,
-        round: Round,
-    ) -> anyhow::Result<Report> {
-        let Round {
-            measured,
-            cpu,
-            traffic,
-            rounds,
-        } = round;
         if let Some(&i) = measured.inconsistent.first() {
             bail!(
                 "the cluster answered {} differently on two runs: the answers are not exact",
@@ -314,7 +224,8 @@ impl Prepared {
             );
         }
         let mut report = Report::new(args, &self.catalog, &measured);
-        let asked = (measured.queries + settings.warmup * rounds).max(1) as f64;
+        // The warm-up's queries cost the cluster too.
+        let asked = (measured.queries + settings.warmup).max(1) as f64;
         report.read_bytes_per_query = traffic.read_bytes as f64 / asked;
         report.sent_bytes_per_query = traffic.sent_bytes as f64 / asked;
         if args.master.is_none() {
@@ -469,6 +380,8 @@ struct Report {
     policy: Option<String>,
     plan: Option<String>,
     group: Option<u64>,
+    /// Whether the local cluster ran mutual TLS on every link.
+    tls: Option<bool>,
     vectors: usize,
     bits: Option<u64>,
     density: Option<f64>,
@@ -507,6 +420,7 @@ impl Report {
             policy: local.then(|| args.policy.to_string()),
             plan: local.then(|| args.plan.to_string()),
             group: local.then_some(args.group),
+            tls: local.then_some(args.tls),
             vectors: catalog.vids.len(),
             bits: catalog.bits,
             density: catalog.density,
@@ -577,47 +491,6 @@ impl Report {
                 self.answer_bytes_per_second / 1e9,
                 self.form
             );
-        }
-    }
-}
-
-/// `bench --tls`: the same workload plain and over mutual TLS.
-#[derive(Debug, Serialize)]
-struct TlsComparison {
-    plain: Report,
-    tls: Report,
-    /// Time per query with TLS over time per query without (queries/s
-    /// plain over queries/s with TLS): 1.05 is 5% more.
-    tls_cost: f64,
-    /// CPU per query with TLS over CPU per query without.
-    tls_cpu_cost: Option<f64>,
-}
-
-impl TlsComparison {
-    fn new(plain: Report, tls: Report) -> TlsComparison {
-        let tls_cost = plain.queries_per_second / tls.queries_per_second;
-        let tls_cpu_cost = plain
-            .cpu_ms_per_query
-            .zip(tls.cpu_ms_per_query)
-            .map(|(plain, tls)| tls / plain);
-        TlsComparison {
-            plain,
-            tls,
-            tls_cost,
-            tls_cpu_cost,
-        }
-    }
-
-    fn print(&self) {
-        let percent = |ratio: f64| (ratio - 1.0) * 100.0;
-        println!(
-            "with TLS a query costs {:+.1}% time (queries/s {:.1} plain, {:.1} TLS)",
-            percent(self.tls_cost),
-            self.plain.queries_per_second,
-            self.tls.queries_per_second
-        );
-        if let Some(cpu) = self.tls_cpu_cost {
-            println!("with TLS a query costs {:+.1}% CPU", percent(cpu));
         }
     }
 }

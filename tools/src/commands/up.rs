@@ -9,11 +9,11 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use bitfold_net::tls::Files;
 use bitfold_server::cluster::{ClusterConfig, ClusterFile};
-use bitfold_server::local::{CLIENT_TLS, LocalCluster, MASTER_TLS, generate_tls};
+use bitfold_server::local::{LocalCluster, MASTER_TLS};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use super::local::numbered_cluster;
+use super::local::{CLIENT_TLS, generate_tls, numbered_cluster};
 use crate::cli::UpArgs;
 
 /// Starts the cluster described by `args` (or the one already in `--dir`) and serves until stopped.
