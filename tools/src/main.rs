@@ -35,7 +35,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// Tunes glibc's allocator for bitfold's work, before any thread exists.
+/// Tunes glibc's allocator for bitfold's messages, before any thread exists.
 ///
 /// It keeps freed message buffers for reuse instead of returning them to
 /// the kernel, which zero-fills fresh pages on every call: many calls in
@@ -44,15 +44,9 @@ fn main() -> ExitCode {
 /// the first large free; this holds from the first call and keeps freed
 /// memory from being trimmed. Buffers above 32 MiB (glibc's ceiling for the
 /// threshold) are still mapped fresh; their page zeroing is small next to
-/// the work on that much data.
-///
-/// And it gives each thread an arena of its own, up to [`ARENAS`]: glibc
-/// stops at 8 per core (16 here), and threads started after that share
-/// the arenas of older ones, taking their locks. `bench --tls` runs two
-/// local clusters in one process, and the second one started paid for it:
-/// with both clusters plain, the second measured 3.2% slower on the mean of
-/// eight runs (all eight slower); with this setting, 0.3% faster on the
-/// mean of six (benches/runs/2026-12-05-glibc-arenas.md).
+/// the work on that much data. Plain `bitfold bench` runs took 0.89x the
+/// time a query with it on 8 MiB answers and 0.97x on the default workload
+/// (benches/runs/2026-12-06-allocator-settings.md).
 ///
 /// This is process-wide allocator tuning, so it belongs to the binary: a DBMS
 /// that links `bitfold-client` keeps its own settings.
@@ -64,15 +58,8 @@ fn tune_allocator() {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
-        libc::mallopt(libc::M_ARENA_MAX, ARENAS);
     }
 }
-
-/// Allocator arenas at most: more than the threads of the largest process
-/// bitfold runs (`bench --tls`: two local clusters of a dozen threads each,
-/// their clients and the main thread).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-const ARENAS: libc::c_int = 64;
 
 /// The error and its causes on one line, outermost first.
 fn one_line(err: &anyhow::Error) -> String {
