@@ -297,7 +297,8 @@ busiest = max(((m, d) for m in machines for d in ("in", "out")), key=lambda k: l
 load = links[busiest[0]][busiest[1]] * qps * 8 / int(rate_bits)
 run = dict(config=config, mode=mode, round=int(rnd), qps=qps, p50_ms=bench["p50_ms"],
            queries=bench["queries"], asked=asked, links=links, total=total,
-           busiest=f"{busiest[0]} {busiest[1]}", load=load, drops=int(drops))
+           busiest=f"{busiest[0]} {busiest[1]}", load=load, drops=int(drops),
+           slaves_sent=bench["sent_bytes_per_query"])
 with open(f"{dir}/runs.jsonl", "a") as f:
     f.write(json.dumps(run) + "\n")
 def size(b):
@@ -305,7 +306,8 @@ def size(b):
 print(f"{config} round {rnd} {mode}: {qps:.1f} queries/s (p50 {bench['p50_ms']:.1f} ms, "
       f"{bench['queries']} queries), {size(total)} on the links per query, busiest link "
       f"{run['busiest']} {load:.0%} of {rate}" + (f", {drops} packets dropped by tbf" if mode == "shaped" else ""))
-print("    per query out/in: " + ", ".join(f"{m} {size(l['out'])}/{size(l['in'])}" for m, l in links.items()))
+print("    per query out/in: " + ", ".join(f"{m} {size(l['out'])}/{size(l['in'])}" for m, l in links.items())
+      + f"; bitfold's count of what the slaves sent: {size(run['slaves_sent'])}")
 PY
 }
 
