@@ -219,6 +219,7 @@ counters() { ip -n "$bridge_ns" -s -j link show >"$1"; }
 serve() {
     local m=$1 log=$dir/$1.log
     shift
+    : >"$log" # not the last configuration's "listening"
     ip netns exec "$(ns_of "$m")" "$bin" "$@" >"$log" 2>&1 &
     local pid=$!
     pids+=("$pid")
