@@ -213,6 +213,15 @@ print(sum(q.get("drops", 0) for line in sys.stdin if line.strip()
           for q in json.loads(line) if q.get("kind") == "tbf"))'
 }
 counters() { ip -n "$bridge_ns" -s -j link show >"$1"; }
+# CPU seconds the cluster's processes (the only ones running between runs) have used.
+cluster_cpu() {
+    local pid ticks=0 stat
+    for pid in "${pids[@]}"; do
+        read -ra stat <"/proc/$pid/stat"
+        ticks=$((ticks + stat[13] + stat[14]))
+    done
+    python3 -c "import os, sys; print(int(sys.argv[1]) / os.sysconf('SC_CLK_TCK'))" "$ticks"
+}
 
 # Starts a process in machine $1's namespace, its output in $dir/$1.log, and
 # waits until the log says it listens.
@@ -277,12 +286,16 @@ measure() { # measure CONFIG MODE ROUND
     local drops=0
     if [ "$2" = shaped ]; then shape; else unshape; fi
     counters "$dir/before.json"
+    local cpu_before cpu_after
+    cpu_before=$(cluster_cpu)
     bench "$1" --skip-load --warmup "$warmup" --duration "${seconds}s"
+    cpu_after=$(cluster_cpu)
     counters "$dir/after.json"
     [ "$2" = unshaped ] || drops=$(tbf_drops)
-    python3 - "$dir" "$1" "$2" "$3" "$warmup" "$rate_bits" "$rate" "$drops" "${machines[@]}" <<'PY'
+    python3 - "$dir" "$1" "$2" "$3" "$warmup" "$rate_bits" "$rate" "$drops" \
+        "$(python3 -c "print($cpu_after - $cpu_before)")" "${machines[@]}" <<'PY'
 import json, sys
-dir, config, mode, rnd, warmup, rate_bits, rate, drops, *machines = sys.argv[1:]
+dir, config, mode, rnd, warmup, rate_bits, rate, drops, cpu, *machines = sys.argv[1:]
 bench = json.load(open(f"{dir}/bench.json"))
 def stats(path):
     return {l["ifname"]: l["stats64"] for l in json.load(open(path))}
@@ -299,14 +312,15 @@ load = links[busiest[0]][busiest[1]] * qps * 8 / int(rate_bits)
 run = dict(config=config, mode=mode, round=int(rnd), qps=qps, p50_ms=bench["p50_ms"],
            queries=bench["queries"], asked=asked, links=links, total=total,
            busiest=f"{busiest[0]} {busiest[1]}", load=load, drops=int(drops),
-           slaves_sent=bench["sent_bytes_per_query"])
+           slaves_sent=bench["sent_bytes_per_query"], cpu_ms=float(cpu) * 1e3 / asked)
 with open(f"{dir}/runs.jsonl", "a") as f:
     f.write(json.dumps(run) + "\n")
 def size(b):
     return f"{b / 2**20:.2f} MiB" if b >= 2**20 else f"{b / 2**10:.1f} KiB"
 print(f"{config} round {rnd} {mode}: {qps:.1f} queries/s (p50 {bench['p50_ms']:.1f} ms, "
       f"{bench['queries']} queries), {size(total)} on the links per query, busiest link "
-      f"{run['busiest']} {load:.0%} of {rate}" + (f", {drops} packets dropped by tbf" if mode == "shaped" else ""))
+      f"{run['busiest']} {load:.0%} of {rate}" + (f", {drops} packets dropped by tbf" if mode == "shaped" else "")
+      + f"; the cluster's CPU {run['cpu_ms']:.2f} ms per query ({run['cpu_ms'] * qps / 1e3:.2f} cores)")
 print("    per query out/in: " + ", ".join(f"{m} {size(l['out'])}/{size(l['in'])}" for m, l in links.items())
       + f"; bitfold's count of what the slaves sent: {size(run['slaves_sent'])}")
 PY
