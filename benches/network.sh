@@ -48,7 +48,10 @@
 # counters, warm-up queries included, divided by the queries asked), and the
 # busiest link's load: the most bytes one link carried in one direction per
 # query, times queries/s, over RATE (median of the shaped runs, their range in
-# brackets; and what the unshaped runs' busiest link asked of RATE).
+# brackets; and what the unshaped runs' busiest link asked of RATE). Each
+# run's lines also give every link's bytes out and in per query, the packets
+# tbf dropped, bitfold's own count of what the slaves sent, and the master's
+# and slaves' CPU per query (from /proc).
 #
 # Needs root, `ip` and `tc` (iproute2), the tbf qdisc and python3. The
 # addresses (master 10.77.0.1, client 10.77.0.2, slave i 10.77.0.(10 + i))
