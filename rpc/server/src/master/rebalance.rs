@@ -20,6 +20,7 @@
 //! no live owner holds) the step is an `unavailable` error saying why.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use super::Master;
 use super::copy::{CopyError, read_changed};
@@ -140,8 +141,7 @@ impl Master {
             target: target.clone(),
         };
         self.record(|dir| recorded::record_move(dir, &moving))?;
-        let old = self.placement.begin_move(target.clone());
-        self.slaves.fit(&old, &self.layout());
+        self.relayout(|placement| placement.begin_move(target.clone()));
         tracing::info!(
             "moving vectors from {} slaves with {} replicas to {} slaves with {} replicas",
             layout.current.slaves.len(),
@@ -206,8 +206,7 @@ impl Master {
             .collect();
         let sessions = &sessions;
         self.record(|dir| recorded::record(dir, &target))?;
-        let replaced = self.placement.read_from_target(target.clone());
-        self.slaves.fit(&replaced, &self.layout());
+        self.relayout(|placement| placement.read_from_target(target.clone()));
         // Queries planned on the old layout may still read the old copies.
         self.in_flight.drain().await;
         let mut surplus: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
@@ -252,8 +251,7 @@ impl Master {
             }
         }
         self.record(recorded::end_move)?;
-        let replaced = self.placement.end_move(target);
-        self.slaves.fit(&replaced, &self.layout());
+        self.relayout(|placement| placement.end_move(target));
         // A slave marked down that has taken copies since (restarted during
         // the move) is up: know it now rather than at the next probe, so
         // that its vectors answer as soon as the move is reported finished.
@@ -292,6 +290,14 @@ impl Master {
             self.saw_write_applied(owner, write, response.get().and_then(|r| r.get_state()))?;
         }
         Ok(())
+    }
+
+    /// Takes one step of the move (`step` returns the layout it replaced)
+    /// and fits the per-slave state to the layout in force after it: the
+    /// one place a layout changes.
+    fn relayout(&self, step: impl FnOnce(&super::layout::Placement) -> Rc<Layout>) {
+        let replaced = step(&self.placement);
+        self.slaves.fit(&replaced, &self.layout());
     }
 
     /// Writes one of the master's records, or says it could not.
