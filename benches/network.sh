@@ -27,7 +27,8 @@
 #   --vectors N         vectors of each configuration (256)
 #   --slaves N          slaves (4)
 #   --replicas R        copies of every vector (1)
-#   --group N           the cluster file's group (64)
+#   --group N           the cluster file's group: a power of two or all (64)
+#   --piece BITS        the cluster file's piece (its default, 2^20)
 #   --terms N           terms ANDed by each query (3)
 #   --vids-per-term N   vids ORed by each term (64)
 #   --form FORM         count, words or roaring (count)
@@ -66,7 +67,7 @@ fail() { echo "error: $*" >&2; exit 1; }
 
 rate=1gbit burst=256 latency=20 vectors=256 slaves=4 replicas=1 group=64
 terms=3 vids=64 form=count concurrency=2 seconds=20 rounds=3 warmup=20
-policy="" plan="" bin="" one_bits="" one_density=""
+policy="" plan="" bin="" one_bits="" one_density="" piece=""
 configs=()
 command_line="benches/network.sh${*:+ $(printf '%q ' "$@")}"
 while [ $# -gt 0 ]; do
@@ -84,6 +85,7 @@ while [ $# -gt 0 ]; do
         --slaves) slaves=$2 ;;
         --replicas) replicas=$2 ;;
         --group) group=$2 ;;
+        --piece) piece=$2 ;;
         --terms) terms=$2 ;;
         --vids-per-term) vids=$2 ;;
         --form) form=$2 ;;
@@ -116,7 +118,9 @@ m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(bit|kbit|mbit|gbit)", sys.argv[1].lower
 print(round(float(m[1]) * {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[m[2]]) if m else "")
 ' "$rate")
 [ -n "$rate_bits" ] || fail "--rate is a number followed by bit, kbit, mbit or gbit, not $rate"
-for n in burst latency vectors slaves replicas group terms vids concurrency seconds rounds; do
+[ "$group" = all ] || [[ $group =~ ^[1-9][0-9]*$ ]] || fail "--group is a power of two or all, not $group"
+[ -z "$piece" ] || [[ $piece =~ ^[1-9][0-9]*$ ]] || fail "--piece is a number of bits, not $piece"
+for n in burst latency vectors slaves replicas terms vids concurrency seconds rounds; do
     [[ ${!n} =~ ^[1-9][0-9]*$ ]] || fail "--${n/vids/vids-per-term} must be a positive whole number, not ${!n}"
 done
 [ "$burst" -ge 80 ] || fail "--burst $burst KiB: below 80 KiB tbf splits every GSO packet (issue 44)"
@@ -249,7 +253,8 @@ start_cluster() {
     mkdir -p "$dir/cluster"
     {
         echo "replicas = $replicas"
-        echo "group = $group"
+        if [ "$group" = all ]; then echo 'group = "all"'; else echo "group = $group"; fi
+        [ -z "$piece" ] || echo "piece = $piece"
         local i
         for i in $(seq 0 $((slaves - 1))); do
             printf '[[slaves]]\nname = "s%d"\naddr = "%s:7101"\n' "$i" "${addr[s$i]}"
@@ -331,7 +336,7 @@ PY
 
 echo "# ${command_line% }"
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $bin"
-echo "# $slaves slaves, replicas $replicas, group $group, $vectors vectors, $terms terms x $vids vids," \
+echo "# $slaves slaves, replicas $replicas, group $group, piece ${piece:-default}, $vectors vectors, $terms terms x $vids vids," \
     "$form, concurrency $concurrency; links $rate (tbf burst ${burst} KiB, latency ${latency} ms);" \
     "$rounds rounds of ${seconds} s unshaped and shaped"
 for config in "${configs[@]}"; do

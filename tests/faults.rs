@@ -333,6 +333,7 @@ fn check_copies(
         slaves: SLAVES,
         replicas: REPLICAS,
         group: 1,
+        pieces: Default::default(),
     };
     let mut findings = Vec::new();
     for (i, held) in copies.iter().enumerate() {

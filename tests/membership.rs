@@ -131,6 +131,7 @@ fn owned(oracle: &Oracle, slaves: usize, replicas: usize) -> Vec<u64> {
         slaves,
         replicas,
         group: 1,
+        pieces: Default::default(),
     };
     let mut counts = vec![0; slaves];
     for &vid in oracle.vectors.keys() {
@@ -427,6 +428,7 @@ fn lowering_replicas_removes_more_surplus_copies_than_one_update_carries() {
         slaves: 2,
         replicas: 1,
         group: 1,
+        pieces: Default::default(),
     };
     let mut owned = vec![0u64; 2];
     for vid in 0..600_000 {
@@ -454,6 +456,7 @@ fn a_copy_left_on_a_slave_that_no_longer_owns_it_does_not_bring_back_a_deleted_v
                 slaves: 3,
                 replicas: 2,
                 group: 1,
+                pieces: Default::default(),
             };
             old.owners(vid)[1] == 1
         })
@@ -494,6 +497,7 @@ fn owned_by_s3(oracle: &Oracle) -> u64 {
         slaves: 4,
         replicas: 2,
         group: 1,
+        pieces: Default::default(),
     };
     *oracle
         .vectors

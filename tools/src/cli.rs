@@ -413,9 +413,14 @@ pub struct BenchArgs {
     /// How the local cluster's coordinators gather each term's vector.
     #[arg(long, value_parser = named(&PlanChoice::NAMES), default_value_t = PlanChoice::Auto, conflicts_with = "master")]
     pub plan: PlanChoice,
-    /// Consecutive vids the local cluster places together (a power of two).
-    #[arg(long, value_name = "N", default_value_t = bitfold_server::cluster::DEFAULT_GROUP, conflicts_with = "master")]
+    /// Consecutive vids the local cluster places together: a power of two,
+    /// or `all` to place a piece of every vector on the same slaves.
+    #[arg(long, value_name = "N", value_parser = parse_group, default_value = "64", conflicts_with = "master")]
     pub group: u64,
+    /// Bits per column piece in the local cluster (a power of two from 2^16
+    /// to 2^32; 2^32 never cuts a vector); `2^20` is accepted.
+    #[arg(long, value_name = "BITS", value_parser = parse_piece, default_value = "2^20", conflicts_with = "master")]
+    pub piece: u64,
     /// Take the data set from a directory of `<vid>.roaring` files instead of generating it.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["vectors", "bits", "density", "first_vid"])]
     pub data: Option<PathBuf>,
@@ -476,6 +481,33 @@ Examples:
 /// names, each listed in `--help` with what it does, from the enum's own
 /// table (`NAMES`), so that the library and the command line read the same
 /// names.
+/// A `--group`: a power of two, or `all`.
+fn parse_group(text: &str) -> Result<u64, String> {
+    if text == "all" {
+        return Ok(bitfold_server::placement::GROUP_ALL);
+    }
+    match text.parse::<u64>() {
+        Ok(group) if group.is_power_of_two() => Ok(group),
+        _ => Err(format!("{text:?} is neither a power of two nor all")),
+    }
+}
+
+/// A `--piece`: a power of two from 2^16 to 2^32, as a number or `2^K`.
+fn parse_piece(text: &str) -> Result<u64, String> {
+    let bits = match text.strip_prefix("2^") {
+        Some(power) => power
+            .parse::<u32>()
+            .ok()
+            .and_then(|k| 1u64.checked_shl(k))
+            .ok_or_else(|| format!("{text:?} is not 2^K for K up to 32"))?,
+        None => text
+            .parse::<u64>()
+            .map_err(|_| format!("{text:?} is not a number of bits"))?,
+    };
+    bitfold_server::pieces::Pieces::new(bits)?;
+    Ok(bits)
+}
+
 fn named<T>(names: &'static [Named<T>]) -> impl TypedValueParser<Value = T>
 where
     T: Copy + Send + Sync + 'static,

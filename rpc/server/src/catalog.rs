@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bitfold_engine::store::{Directory, MmapDirectory, StoreError, VidLog};
 
 use crate::chain::VidRun;
+use crate::pieces::Pieces;
 
 /// The set of existing vids, durable in a [`VidLog`].
 #[derive(Debug)]
@@ -80,6 +81,22 @@ impl Catalog {
     /// ascending, each as long as it can be: O(log n) plus one step per run.
     pub(crate) fn runs(&self, first: u64, last: u64) -> impl Iterator<Item = VidRun> + '_ {
         self.vids.clipped(first, last)
+    }
+
+    /// The pieces some existing vector holds a bit in, ascending: one
+    /// search per piece found.
+    pub(crate) fn pieces(&self, pieces: Pieces) -> Vec<u32> {
+        let mut found = Vec::new();
+        let mut next = 0;
+        while next < pieces.count() {
+            let Some(run) = self.runs(pieces.key(0, next), u64::MAX).next() else {
+                break;
+            };
+            let piece = pieces.split(run.first).1;
+            found.push(piece);
+            next = piece + 1;
+        }
+        found
     }
 
     /// Number of existing vids.

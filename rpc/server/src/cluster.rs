@@ -5,6 +5,7 @@
 //! ```toml
 //! replicas = 2                 # copies of every vector; default 1
 //! group = 16                   # consecutive vids placed together; default 64
+//! piece = 1048576              # bits per column piece; default 2^20
 //! [[slaves]]
 //! name = "s0"
 //! addr = "127.0.0.1:7101"
@@ -22,7 +23,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::placement::Placement;
+use crate::pieces::{DEFAULT_PIECE, Pieces};
+use crate::placement::{GROUP_ALL, Placement};
 use crate::tls::Files;
 
 /// The slaves of a cluster, in file order (the order placement uses).
@@ -32,10 +34,14 @@ pub struct ClusterConfig {
     /// Copies of every vector, on consecutive slaves (default 1).
     #[serde(default = "one")]
     pub replicas: usize,
-    /// Consecutive vids that share their owners (a power of two; default
-    /// [`DEFAULT_GROUP`]).
-    #[serde(default = "default_group")]
+    /// Consecutive vids that share their owners (a power of two, or
+    /// [`GROUP_ALL`], written `"all"`; default [`DEFAULT_GROUP`]).
+    #[serde(default = "default_group", with = "group_field")]
     pub group: u64,
+    /// Bits per column piece (a power of two from 2^16 to 2^32; default
+    /// [`DEFAULT_PIECE`]): see [`crate::pieces`].
+    #[serde(default = "default_piece")]
+    pub piece: u64,
     /// The slaves; adding one at the end moves the fewest vectors.
     pub slaves: Vec<SlaveEntry>,
 }
@@ -49,6 +55,42 @@ fn one() -> usize {
 
 fn default_group() -> u64 {
     DEFAULT_GROUP
+}
+
+fn default_piece() -> u64 {
+    DEFAULT_PIECE
+}
+
+/// `group` as the file writes it: a number, or `"all"` for [`GROUP_ALL`].
+mod group_field {
+    use serde::{Deserialize, Deserializer, Serializer, de};
+
+    use crate::placement::GROUP_ALL;
+
+    pub(super) fn serialize<S: Serializer>(group: &u64, out: S) -> Result<S::Ok, S::Error> {
+        if *group == GROUP_ALL {
+            out.serialize_str("all")
+        } else {
+            out.serialize_u64(*group)
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Written {
+        Number(u64),
+        Name(String),
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<u64, D::Error> {
+        match Written::deserialize(input)? {
+            Written::Number(group) => Ok(group),
+            Written::Name(name) if name == "all" => Ok(GROUP_ALL),
+            Written::Name(name) => Err(de::Error::custom(format!(
+                "group = {name:?}: write a power of two or \"all\""
+            ))),
+        }
+    }
 }
 
 /// One slave of the cluster.
@@ -190,12 +232,13 @@ impl ClusterConfig {
                 ));
             }
         }
-        if !self.group.is_power_of_two() {
+        if !self.group.is_power_of_two() && self.group != GROUP_ALL {
             return Err(format!(
-                "group = {}: it must be a power of two (1 places every vid on its own)",
+                "group = {}: it must be a power of two (1 places every vid on its own) or \"all\"",
                 self.group
             ));
         }
+        Pieces::new(self.piece)?;
         if self.replicas == 0 || self.replicas > self.slaves.len() {
             return Err(format!(
                 "replicas = {} but there are {} slaves: replicas must be between 1 and the number of slaves",
@@ -212,7 +255,13 @@ impl ClusterConfig {
             slaves: self.slaves.len(),
             replicas: self.replicas,
             group: self.group,
+            pieces: self.pieces(),
         }
+    }
+
+    /// How this cluster cuts vectors.
+    pub fn pieces(&self) -> Pieces {
+        Pieces::new(self.piece).expect("a validated cluster's piece is valid")
     }
 
     /// The cluster file text for this configuration.

@@ -24,6 +24,7 @@ pub mod fuzzing;
 pub mod local;
 pub mod master;
 mod metrics;
+pub mod pieces;
 pub mod placement;
 pub mod slave;
 mod wire;

@@ -204,6 +204,7 @@ pub fn loopback(slaves: usize, replicas: usize) -> ClusterConfig {
     ClusterConfig {
         replicas,
         group: crate::cluster::DEFAULT_GROUP,
+        piece: crate::pieces::DEFAULT_PIECE,
         slaves: (0..slaves)
             .map(|i| SlaveEntry {
                 name: format!("s{i}"),

@@ -17,6 +17,8 @@
 
 use bitfold_engine::mix::fmix64;
 
+use crate::pieces::{Pieces, VID_BITS};
+
 /// Jump consistent hash (Lamping & Veach, 2014): the bucket in `0..buckets`
 /// of `key`; adding a bucket at the end moves about `1/(buckets+1)` of the
 /// keys, all into the new bucket.
@@ -64,32 +66,60 @@ pub fn owners(vid: u64, slaves: usize, replicas: usize) -> Vec<usize> {
     (0..replicas).map(|i| (first + i) % slaves).collect()
 }
 
-/// How a cluster places vids: `slaves` slaves in cluster-file order,
-/// `replicas` copies of every vector, and `group` consecutive vids (an
-/// aligned block, `group` a power of two) sharing their owners, so that a
-/// range of vids visits fewer machines.
+/// How a cluster places vectors: `slaves` slaves in cluster-file order,
+/// `replicas` copies of every vector, `group` consecutive vids (an
+/// aligned block, `group` a power of two, or [`GROUP_ALL`]) sharing their
+/// owners, so that a range of vids visits fewer machines, and vectors cut
+/// into `pieces`, each piece of a group placed on its own.
+///
+/// Its methods take keys ([`Pieces::key`]): piece `p` of the vids of group
+/// `g` is placed by the key of piece `p` of vid `g`, so piece 0 is placed
+/// as a vector is without pieces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placement {
     /// Slaves in the cluster.
     pub slaves: usize,
     /// Copies of every vector.
     pub replicas: usize,
-    /// Consecutive vids placed together (a power of two; 1 places each vid on its own).
+    /// Consecutive vids placed together (a power of two; 1 places each vid
+    /// on its own, [`GROUP_ALL`] every vid of a piece together).
     pub group: u64,
+    /// How vectors are cut.
+    pub pieces: Pieces,
 }
+
+/// The `group` that places every vid together (`group = "all"`): piece `p`
+/// of every vector on the same owners, so that a query's AND within a
+/// piece is local to one machine.
+pub const GROUP_ALL: u64 = u64::MAX;
 
 /// Vids in a block whose reads the master sends to one replica set (see
 /// [`Placement::reader`]).
 pub const READ_BLOCK: u64 = 256;
 
 impl Placement {
-    /// The owners of `vid`, primary first: `owners(vid / group, ..)`.
+    /// The owners of `key`, primary first.
     ///
     /// # Panics
     ///
     /// If `slaves` is zero, `replicas` is not in `1..=slaves`, or `group` is zero.
-    pub fn owners(&self, vid: u64) -> Vec<usize> {
-        owners(vid / self.group, self.slaves, self.replicas)
+    pub fn owners(&self, key: u64) -> Vec<usize> {
+        owners(self.spot(key), self.slaves, self.replicas)
+    }
+
+    /// What places `key`: the key of its piece of its group's index.
+    fn spot(&self, key: u64) -> u64 {
+        let (vid, piece) = self.pieces.split(key);
+        (u64::from(piece) << VID_BITS) | self.group_index(vid)
+    }
+
+    /// The index of `vid`'s group.
+    fn group_index(&self, vid: u64) -> u64 {
+        if self.group == GROUP_ALL {
+            0
+        } else {
+            vid / self.group
+        }
     }
 
     /// The owner a query reads `vid` from, among those `up` says are live,
@@ -110,14 +140,18 @@ impl Placement {
     /// The vids around `vid` that share its owners and its replica class:
     /// the intersection of its group and its [`READ_BLOCK`]. Every vid of it
     /// has the same [`Placement::reader`] whenever the same owners are up.
-    pub fn read_run(&self, vid: u64) -> std::ops::RangeInclusive<u64> {
-        let group = vid - vid % self.group;
+    pub fn read_run(&self, key: u64) -> std::ops::RangeInclusive<u64> {
+        let (vid, piece) = self.pieces.split(key);
+        let (group, group_last) = if self.group == GROUP_ALL {
+            (0, self.pieces.max_vid())
+        } else {
+            let group = vid - vid % self.group;
+            (group, group.saturating_add(self.group - 1))
+        };
         let block = vid - vid % READ_BLOCK;
         let first = group.max(block);
-        let last = group
-            .saturating_add(self.group - 1)
-            .min(block + (READ_BLOCK - 1));
-        first..=last
+        let last = group_last.min(block + (READ_BLOCK - 1));
+        self.pieces.key(first, piece)..=self.pieces.key(last, piece)
     }
 
     /// The owner [`Placement::reader_among`] picks for `vid` whenever it is
@@ -127,10 +161,17 @@ impl Placement {
         owners.iter().copied().find(|&o| o % self.replicas == class)
     }
 
-    /// The replica class (owner index modulo `replicas`) `vid` is read
-    /// from while its owners of that class are up.
-    fn read_class(&self, vid: u64) -> usize {
-        ((vid / READ_BLOCK) % self.replicas as u64) as usize
+    /// The replica class (owner index modulo `replicas`) `key` is read
+    /// from while its owners of that class are up: by read block, or with
+    /// [`GROUP_ALL`] by piece, so that every vid of a piece is read on one
+    /// machine and the pieces spread over the replicas.
+    fn read_class(&self, key: u64) -> usize {
+        let turn = if self.group == GROUP_ALL {
+            u64::from(self.pieces.split(key).1)
+        } else {
+            key / READ_BLOCK
+        };
+        (turn % self.replicas as u64) as usize
     }
 
     /// [`Placement::reader`] of `vid`, given its `owners` (the
@@ -221,6 +262,7 @@ mod tests {
             slaves: 5,
             replicas: 2,
             group: 16,
+            pieces: Pieces::whole(),
         };
         for vid in [0, 17, 4_000, u64::MAX - 20] {
             let first = vid - vid % 16;
@@ -238,6 +280,7 @@ mod tests {
             slaves: 4,
             replicas: 2,
             group: 1,
+            pieces: Pieces::whole(),
         };
         for block in 0..8u64 {
             let vids = block * READ_BLOCK..(block + 1) * READ_BLOCK;
@@ -265,6 +308,7 @@ mod tests {
                 slaves: 5,
                 replicas,
                 group,
+                pieces: Pieces::whole(),
             };
             for vid in (0..5000u64).step_by(37).chain([u64::MAX - 3, u64::MAX]) {
                 let run = placement.read_run(vid);
@@ -291,5 +335,71 @@ mod tests {
                 assert_eq!(without.is_some(), replicas > 1);
             }
         }
+    }
+
+    #[test]
+    fn piece_zero_is_placed_as_a_whole_vector_and_other_pieces_on_their_own() {
+        let pieces = Pieces::new(1 << 16).unwrap();
+        let cut = Placement {
+            slaves: 7,
+            replicas: 2,
+            group: 16,
+            pieces,
+        };
+        let whole = Placement {
+            pieces: Pieces::whole(),
+            ..cut
+        };
+        for vid in [0, 5, 16, 4_000, crate::pieces::MAX_CUT_VID] {
+            assert_eq!(cut.owners(vid), whole.owners(vid), "vid {vid}");
+            // A group's piece shares its owners, as a group does.
+            let first = vid - vid % 16;
+            assert_eq!(
+                cut.owners(pieces.key(vid, 9)),
+                cut.owners(pieces.key(first, 9))
+            );
+            assert_eq!(
+                cut.read_run(pieces.key(vid, 9)).start(),
+                &pieces.key(first, 9)
+            );
+        }
+        let machines: std::collections::BTreeSet<usize> =
+            (0..64).map(|p| cut.owners(pieces.key(3, p))[0]).collect();
+        assert_eq!(
+            machines.len(),
+            7,
+            "the pieces of one vector spread over every slave"
+        );
+    }
+
+    #[test]
+    fn with_group_all_a_piece_of_every_vector_has_one_reader() {
+        let pieces = Pieces::new(1 << 20).unwrap();
+        let placement = Placement {
+            slaves: 4,
+            replicas: 2,
+            group: GROUP_ALL,
+            pieces,
+        };
+        let mut readers = std::collections::BTreeSet::new();
+        for piece in 0..16 {
+            let first = placement.reader(pieces.key(0, piece), |_| true);
+            for vid in [1, 255, 256, 70_000, crate::pieces::MAX_CUT_VID] {
+                let key = pieces.key(vid, piece);
+                assert_eq!(
+                    placement.owners(key),
+                    placement.owners(pieces.key(0, piece))
+                );
+                assert_eq!(
+                    placement.reader(key, |_| true),
+                    first,
+                    "piece {piece}, vid {vid}"
+                );
+            }
+            let run = placement.read_run(pieces.key(300, piece));
+            assert_eq!(run, pieces.key(256, piece)..=pieces.key(511, piece));
+            readers.insert(first.unwrap());
+        }
+        assert_eq!(readers.len(), 4, "the pieces are read from every slave");
     }
 }

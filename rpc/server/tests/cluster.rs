@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use bitfold_client::{Answer, Error, ErrorKind, Format, LocalClient};
 use bitfold_engine::{VectorBuf, portable};
 use bitfold_server::master::PlanChoice;
+use bitfold_server::pieces::MAX_CUT_VID;
 use common::{Oracle, TestCluster, bits_of, check, import};
 
 /// Vectors of every shape: sparse, dense runs, vids near 2^64 - 1, a vid
@@ -30,10 +31,25 @@ fn data() -> Vec<(u64, Vec<u32>)> {
         };
         vectors.push((vid * 3, bits));
     }
-    vectors.push((u64::MAX, vec![1, 2, 3, 70_000]));
-    vectors.push((u64::MAX - 1, (0..1000).collect()));
+    // The largest vids a cluster that cuts vectors stores.
+    vectors.push((MAX_CUT_VID, vec![1, 2, 3, 70_000]));
+    vectors.push((MAX_CUT_VID - 1, (0..1000).collect()));
     vectors.push((6, vec![123_456, 7])); // imported twice: union
     vectors
+}
+
+/// The pieces of 2^20 bits (the default) that `oracle`'s vectors hold bits in.
+fn stored_pieces(oracle: &Oracle) -> usize {
+    oracle
+        .vectors
+        .values()
+        .map(|bits| {
+            bits.iter()
+                .map(|b| b >> 20)
+                .collect::<BTreeSet<u32>>()
+                .len()
+        })
+        .sum()
 }
 
 fn queries() -> Vec<(&'static str, Vec<(u64, u64)>)> {
@@ -45,12 +61,12 @@ fn queries() -> Vec<(&'static str, Vec<(u64, u64)>)> {
         ("R:3-9&3-9&6", vec![(3, 9), (3, 9), (6, 6)]),
         ("R:1-119&4-4&0-200", vec![(1, 119), (4, 4), (0, 200)]),
         (
-            "R:18446744073709551614-18446744073709551615",
-            vec![(u64::MAX - 1, u64::MAX)],
+            "R:281474976710654-18446744073709551615",
+            vec![(MAX_CUT_VID - 1, u64::MAX)],
         ),
         (
-            "R:18446744073709551615&0-10",
-            vec![(u64::MAX, u64::MAX), (0, 10)],
+            "R:281474976710655&0-10",
+            vec![(MAX_CUT_VID, MAX_CUT_VID), (0, 10)],
         ),
         ("R:1-2", vec![(1, 2)]),
         ("R:0-100&1000-2000", vec![(0, 100), (1000, 2000)]),
@@ -67,16 +83,19 @@ fn queries_match_the_oracle(replicas: usize) {
     for (message, terms) in queries() {
         check(&client, message, &oracle.range(&terms));
     }
-    for vid in [0, 3, 6, 9, u64::MAX, u64::MAX - 1] {
+    for vid in [0, 3, 6, 9, MAX_CUT_VID, MAX_CUT_VID - 1] {
         check(&client, &format!("P:{vid}"), &oracle.vectors[&vid]);
     }
-    // Every vector is held by exactly `replicas` slaves.
+    // Every piece of every vector (2^20 bits each) is held by exactly
+    // `replicas` slaves.
     let held: u64 = cluster
         .stores()
         .iter()
         .map(|s| s.snapshot().vector_count())
         .sum();
-    assert_eq!(held, (oracle.vectors.len() * replicas) as u64);
+    let pieces = stored_pieces(&oracle);
+    assert!(pieces > oracle.vectors.len(), "some vectors are cut");
+    assert_eq!(held, (pieces * replicas) as u64);
 }
 
 #[test]
@@ -87,6 +106,44 @@ fn queries_match_the_oracle_with_one_copy() {
 #[test]
 fn queries_match_the_oracle_with_two_copies() {
     queries_match_the_oracle(2);
+}
+
+#[test]
+fn every_u64_is_a_vid_where_vectors_are_whole_and_cut_clusters_name_their_bound() {
+    let whole = TestCluster::start_with(3, 1, |o| o.cluster.piece = bitfold_server::pieces::WHOLE);
+    let client = whole.client();
+    let mut oracle = Oracle::default();
+    let vectors = vec![
+        (u64::MAX, vec![1, 2, 3, 70_000, 1 << 31]),
+        (u64::MAX - 1, (0..1000).collect()),
+        (5, vec![2, 1 << 31]),
+    ];
+    import(&client, &mut oracle, &vectors);
+    check(
+        &client,
+        "P:18446744073709551615",
+        &oracle.vectors[&u64::MAX],
+    );
+    check(
+        &client,
+        "R:18446744073709551614-18446744073709551615&0-10",
+        &oracle.range(&[(u64::MAX - 1, u64::MAX), (0, 10)]),
+    );
+    let cut = TestCluster::start(3, 1);
+    let client = cut.client();
+    let big = VectorBuf::from_bits(vec![1]);
+    let err = client
+        .import(&[(7, big.as_part()), (MAX_CUT_VID + 1, big.as_part())])
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::BadQuery), "{err}");
+    assert!(err.to_string().contains("at most 281474976710655"), "{err}");
+    assert_eq!(
+        client
+            .query("R:0-18446744073709551615", Format::Count)
+            .unwrap(),
+        Answer::Count(0),
+        "nothing was imported"
+    );
 }
 
 #[test]
@@ -427,8 +484,10 @@ fn the_catalog_survives_a_master_restart() {
     );
     let status = client.status().unwrap();
     assert_eq!(status.len(), 4);
+    // Status counts what each slave stores: the pieces of vectors.
     let vectors: u64 = status.iter().map(|s| s.vectors).sum();
-    assert_eq!(vectors, oracle.vectors.len() as u64);
+    let pieces = stored_pieces(&oracle);
+    assert_eq!(vectors, pieces as u64);
     assert!(
         status
             .iter()
@@ -645,7 +704,21 @@ fn a_slave_that_lost_its_vectors_is_never_read_as_empty() {
         .query("R:0-18446744073709551615", Format::Count)
         .unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::Unavailable), "{err}");
-    assert!(err.to_string().contains("lacks 13 of its vectors"), "{err}");
+    // It lacks every piece it owns (vectors of up to 2^24 bits are cut).
+    let placement = cluster.config.placement();
+    let pieces = placement.pieces;
+    let owned = oracle
+        .vectors
+        .iter()
+        .flat_map(|(&vid, bits)| {
+            let cut: BTreeSet<u32> = bits.iter().map(|&b| b >> 20).collect();
+            cut.into_iter().map(move |piece| pieces.key(vid, piece))
+        })
+        .filter(|&key| placement.owners(key) == [0])
+        .count();
+    assert!(owned > 13, "{owned} pieces on s0");
+    let lacks = format!("lacks {owned} of its vectors");
+    assert!(err.to_string().contains(&lacks), "{err}");
     // No other owner holds them: as the error says, they are deleted and
     // imported again.
     assert!(
@@ -663,21 +736,33 @@ fn a_slave_that_lost_its_vectors_is_never_read_as_empty() {
 
 #[test]
 fn random_queries_match_the_oracle() {
-    // Both plans, each with vids placed one by one, in groups of 16 and by default.
+    // Both plans, each with vids placed one by one, in groups of 16 and by
+    // default, vectors cut into the default pieces (the vectors span five);
+    // and cut into pieces of one container, in groups of 16 or all vids together.
+    use bitfold_server::cluster::DEFAULT_GROUP;
+    use bitfold_server::pieces::DEFAULT_PIECE;
+    use bitfold_server::placement::GROUP_ALL;
     for plan in [PlanChoice::Chain, PlanChoice::FanOut] {
-        for group in [1, 16, bitfold_server::cluster::DEFAULT_GROUP] {
-            random_queries_match_the_oracle_under(plan, group);
+        for (group, piece) in [
+            (1, DEFAULT_PIECE),
+            (16, DEFAULT_PIECE),
+            (DEFAULT_GROUP, DEFAULT_PIECE),
+            (16, 1 << 16),
+            (GROUP_ALL, 1 << 16),
+        ] {
+            random_queries_match_the_oracle_under(plan, group, piece);
         }
     }
 }
 
-fn random_queries_match_the_oracle_under(plan: PlanChoice, group: u64) {
+fn random_queries_match_the_oracle_under(plan: PlanChoice, group: u64, piece: u64) {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
     let cluster = TestCluster::start_with(4, 2, |o| {
         o.plan = plan;
         o.cluster.group = group;
+        o.cluster.piece = piece;
     });
     let client = cluster.client();
     let mut oracle = Oracle::default();
@@ -694,8 +779,62 @@ fn random_queries_match_the_oracle_under(plan: PlanChoice, group: u64) {
         })
         .collect();
     import(&client, &mut oracle, &vectors);
+    let what = format!("{plan:?}, group {group}, piece {piece}");
+    let non_empty = random_queries(&client, &oracle, &mut rng, 40);
+    assert!(
+        non_empty >= 10,
+        "{what}: only {non_empty} answers hold bits"
+    );
+    // Every piece of a vector is fetched, cleared and deleted.
+    for (vid, bits) in oracle.vectors.iter().take(12) {
+        check(&client, &format!("P:{vid}"), bits);
+    }
+    let cleared: Vec<(u64, Vec<u32>)> = oracle
+        .vectors
+        .iter()
+        .step_by(3)
+        .map(|(&vid, bits)| (vid, bits.iter().copied().step_by(2).collect()))
+        .collect();
+    let bufs: Vec<(u64, VectorBuf)> = cleared
+        .iter()
+        .map(|(vid, bits)| (*vid, VectorBuf::from_bits(bits.clone())))
+        .collect();
+    let parts: Vec<_> = bufs.iter().map(|(vid, b)| (*vid, b.as_part())).collect();
+    let lost = cleared
+        .iter()
+        .filter(|(vid, bits)| oracle.clear(*vid, bits))
+        .count();
+    assert_eq!(
+        client.clear(&parts).unwrap(),
+        lost as u64,
+        "{what}: cleared"
+    );
+    let gone = oracle.delete(0, 60);
+    assert_eq!(
+        client.delete(&[(0, 60)]).unwrap(),
+        gone as u64,
+        "{what}: deleted"
+    );
+    for (vid, bits) in oracle.vectors.iter().take(12) {
+        check(&client, &format!("P:{vid}"), bits);
+    }
+    let err = client.query("P:0", Format::Count).unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::NotFound), "{what}: {err}");
+    random_queries(&client, &oracle, &mut rng, 20);
+}
+
+/// Checks `n` random range queries of up to four terms over vids 0 to 270
+/// against `oracle`; returns how many answers held bits.
+fn random_queries(
+    client: &bitfold_client::Client,
+    oracle: &Oracle,
+    rng: &mut rand::rngs::StdRng,
+    n: usize,
+) -> usize {
+    use rand::Rng;
+
     let mut non_empty = 0;
-    for _ in 0..40 {
+    for _ in 0..n {
         // Each term the OR of one to three spans, which may overlap.
         let terms: Vec<Vec<(u64, u64)>> = (0..rng.random_range(1..5))
             .map(|_| {
@@ -725,12 +864,9 @@ fn random_queries_match_the_oracle_under(plan: PlanChoice, group: u64) {
             .reduce(|acc, union| acc.intersection(&union).copied().collect())
             .unwrap_or_default();
         non_empty += usize::from(!expected.is_empty());
-        check(&client, &format!("R:{}", text.join("&")), &expected);
+        check(client, &format!("R:{}", text.join("&")), &expected);
     }
-    assert!(
-        non_empty >= 10,
-        "{plan:?}, group {group}: only {non_empty} answers hold bits"
-    );
+    non_empty
 }
 
 /// Vectors whose ORs are all ones in some containers: key 0 is full once

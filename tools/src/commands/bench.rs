@@ -100,9 +100,7 @@ impl Prepared {
             None => {
                 let mut config = numbered_cluster(args.slaves, args.replicas, 0)?;
                 config.group = args.group;
-                if !args.group.is_power_of_two() {
-                    bail!("--group {} is not a power of two", args.group);
-                }
+                config.piece = args.piece;
                 let (policy, plan) = (args.policy, args.plan);
                 if args.tls {
                     let folder = dir.path().join("tls");
@@ -120,9 +118,15 @@ impl Prepared {
                     },
                 )?);
                 let description = format!(
-                    "a local cluster of {} slaves ({policy} coordinators, {plan} plan, group {}{})",
+                    "a local cluster of {} slaves ({policy} coordinators, {plan} plan, group {}, \
+                     piece {}{})",
                     args.slaves,
-                    args.group,
+                    if args.group == bitfold_server::placement::GROUP_ALL {
+                        "all".to_owned()
+                    } else {
+                        args.group.to_string()
+                    },
+                    args.piece,
                     if args.tls {
                         ", mutual TLS"
                     } else {
@@ -379,7 +383,10 @@ struct Report {
     slaves: Option<usize>,
     policy: Option<String>,
     plan: Option<String>,
+    /// The local cluster's group (`u64::MAX` for all).
     group: Option<u64>,
+    /// The local cluster's bits per piece.
+    piece: Option<u64>,
     /// Whether the local cluster ran mutual TLS on every link.
     tls: Option<bool>,
     vectors: usize,
@@ -420,6 +427,7 @@ impl Report {
             policy: local.then(|| args.policy.to_string()),
             plan: local.then(|| args.plan.to_string()),
             group: local.then_some(args.group),
+            piece: local.then_some(args.piece),
             tls: local.then_some(args.tls),
             vectors: catalog.vids.len(),
             bits: catalog.bits,

@@ -54,6 +54,7 @@ pub fn numbered_cluster(
     Ok(ClusterConfig {
         replicas,
         group: bitfold_server::cluster::DEFAULT_GROUP,
+        piece: bitfold_server::pieces::DEFAULT_PIECE,
         slaves,
     })
 }

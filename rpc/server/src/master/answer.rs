@@ -45,7 +45,7 @@ impl Master {
         message: &[u8],
         format: WireFormat,
         trace: &Trace,
-    ) -> Result<Found, Failure> {
+    ) -> Result<Vec<Found>, Failure> {
         let _in_flight = self.in_flight.enter();
         let query = query::parse(message, &self.options.limits)
             .map_err(|e| Failure::new(ErrorKind::BadQuery, e.to_string()))?;
@@ -131,37 +131,88 @@ impl Master {
         Err(self.out_of_attempts(tried, &failed))
     }
 
+    /// Answers `terms` piece by piece, all pieces at once: each piece's
+    /// terms are the keys of that piece of their vids, planned and
+    /// answered (and retried) on their own.
     async fn range(
         &self,
         terms: &[query::Term],
         count: bool,
         budget: Budget,
         trace: &Trace,
-    ) -> Result<Found, Failure> {
-        self.with_retries(budget, trace, |time| {
-            self.range_attempt(terms, count, time, trace)
-        })
-        .await
+    ) -> Result<Vec<Found>, Failure> {
+        let pieces = self.layout().current.pieces();
+        let present = self.records.catalog().pieces(pieces);
+        let answers = present.iter().map(|&piece| {
+            let terms: Vec<query::Term> = terms
+                .iter()
+                .map(|term| query::Term {
+                    spans: term
+                        .spans
+                        .iter()
+                        .filter_map(|span| pieces.keys(piece, span.first, span.last))
+                        .map(|keys| query::Span {
+                            first: *keys.start(),
+                            last: *keys.end(),
+                        })
+                        .collect(),
+                })
+                .collect();
+            let piece_trace = trace.piece();
+            async move {
+                let found = self
+                    .with_retries(budget, &piece_trace, |time| {
+                        self.range_attempt(&terms, count, time, &piece_trace)
+                    })
+                    .await;
+                trace.absorb(pieces.cuts().then_some(piece), piece_trace);
+                found
+            }
+        });
+        futures::future::try_join_all(answers).await
     }
 
+    /// Fetches every piece of vector `vid`, all at once, each from a live owner.
     async fn point(
         &self,
         vid: u64,
         count: bool,
         budget: Budget,
         trace: &Trace,
-    ) -> Result<Found, Failure> {
-        if !self.records.catalog().contains(vid) {
+    ) -> Result<Vec<Found>, Failure> {
+        let pieces = self.layout().current.pieces();
+        let keys: Vec<u64> = {
+            let catalog = self.records.catalog();
+            let stored = vid <= pieces.max_vid();
+            catalog
+                .pieces(pieces)
+                .into_iter()
+                .filter(|_| stored)
+                .map(|piece| pieces.key(vid, piece))
+                .filter(|&key| catalog.contains(key))
+                .collect()
+        };
+        if keys.is_empty() {
             return Err(Failure::new(
                 ErrorKind::NotFound,
                 format!("vector {vid} not found"),
             ));
         }
-        let owners = self.layout().read_owners(vid);
-        self.with_retries(budget, trace, |time| {
-            self.point_attempt(vid, &owners, count, time, trace)
-        })
-        .await
+        let layout = self.layout();
+        let answers = keys.into_iter().map(|key| {
+            let owners = layout.read_owners(key);
+            let piece_trace = trace.piece();
+            async move {
+                let found = self
+                    .with_retries(budget, &piece_trace, |time| {
+                        self.point_attempt(key, &owners, count, time, &piece_trace)
+                    })
+                    .await;
+                trace.absorb(pieces.cuts().then_some(pieces.split(key).1), piece_trace);
+                found
+            }
+        });
+        futures::future::try_join_all(answers).await
     }
 
     /// Plans the terms over the live slaves and asks a coordinator for the answer.
@@ -276,18 +327,19 @@ impl Master {
         ]))
     }
 
-    /// Fetches vector `vid` from its first live owner.
+    /// Fetches the vector or piece stored under `key` from its first live owner.
     async fn point_attempt(
         &self,
-        vid: u64,
+        key: u64,
         owners: &[usize],
         count: bool,
         budget: Budget,
         trace: &Trace,
     ) -> Result<Attempt, Failure> {
-        let owner = owners.iter().copied().find(|&o| self.serves(o, vid));
+        let owner = owners.iter().copied().find(|&o| self.serves(o, key));
         let Some(owner) = owner else {
-            let failure = self.unavailable(format!("no live owner holds vector {vid}"), owners);
+            let what = self.named(key);
+            let failure = self.unavailable(format!("no live owner holds {what}"), owners);
             return Err(self.with_timeout_hint(failure));
         };
         let Some(time) = budget.call(0) else {
@@ -300,7 +352,7 @@ impl Master {
             .pool
             .call(addr, time.wait, |client| {
                 let mut request = client.fetch_request();
-                request.get().set_vid(vid);
+                request.get().set_vid(key);
                 request.get().set_session(self.slaves.session(owner));
                 request
                     .get()
@@ -311,7 +363,10 @@ impl Master {
         let reason = match answer {
             Ok(response) => match fetch_found(&response) {
                 Ok(true) => return Ok(Attempt::Found(Found::Point(response))),
-                Ok(false) => format!("it does not hold vector {vid}, which the catalog lists"),
+                Ok(false) => format!(
+                    "it does not hold {}, which the catalog lists",
+                    self.named(key)
+                ),
                 Err(err) => format!("it answered a malformed message: {err}"),
             },
             Err(reason) => reason,

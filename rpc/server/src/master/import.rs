@@ -1,17 +1,19 @@
-//! Imports: every non-empty vector is recorded in the master's journal,
-//! then set on all its owners (`update`), and its vid recorded in the
-//! catalog: the import is on every owner, on none, or recorded and rolled
-//! forward on the owners that missed it.
+//! Imports: every non-empty vector is cut into its pieces, recorded in the
+//! master's journal, then set on all their owners (`update`), and their
+//! keys recorded in the catalog: the import is on every owner, on none, or
+//! recorded and rolled forward on the owners that missed it.
 
 use std::collections::BTreeSet;
 
 use bitfold_engine::VectorPart;
+use bitfold_engine::vector::Within;
 use capnp::message::Builder;
 
 use super::reply::Failure;
 use super::update::Kind;
 use super::{Master, journal};
 use crate::bitfold_capnp::vid_vector;
+use crate::pieces::Pieces;
 use crate::wire::{self, WirePart};
 use bitfold_proto::ErrorKind;
 
@@ -26,21 +28,37 @@ impl Master {
         wire::check_import(vectors).map_err(bad_query)?;
         let read = read_vectors(vectors)?;
         let views = holding_bits(&read)?;
+        let pieces = self.layout().current.pieces();
+        if let Some((vid, _)) = views.iter().find(|(vid, _)| *vid > pieces.max_vid()) {
+            return Err(Failure::new(
+                ErrorKind::BadQuery,
+                format!(
+                    "vector {vid} cannot be stored: this cluster cuts vectors into pieces of {} \
+                     bits, so a vid is at most {} (2^48 - 1); number the vectors below it, or \
+                     set piece = 4294967296 in the cluster file of a master that holds no \
+                     vectors yet",
+                    pieces.bits(),
+                    pieces.max_vid()
+                ),
+            ));
+        }
         let bytes = views
             .iter()
             .flat_map(|(_, parts)| parts)
             .map(VectorPart::byte_len)
             .sum();
+        let cut = cut(pieces, &views);
         let mut message = Builder::new_default();
-        let mut list = journal::init_changes(&mut message, views.len() as u32);
-        let mut vids = BTreeSet::new();
-        for (j, (vid, parts)) in views.iter().enumerate() {
+        let mut list = journal::init_changes(&mut message, cut.len() as u32);
+        let mut keys = BTreeSet::new();
+        for (j, (key, narrowed)) in cut.iter().enumerate() {
+            let parts: Vec<VectorPart<'_>> = narrowed.iter().map(Within::part).collect();
             let mut change = list.reborrow().get(j as u32);
-            change.set_vid(*vid);
-            wire::write_parts(change.init_set(parts.len() as u32), parts);
-            vids.insert(*vid);
+            change.set_vid(*key);
+            wire::write_parts(change.init_set(parts.len() as u32), &parts);
+            keys.insert(*key);
         }
-        self.apply(message, vids, Kind::Import).await?;
+        self.apply(message, keys, Kind::Import).await?;
         Ok(bytes)
     }
 }
@@ -90,6 +108,35 @@ pub(super) fn holding_bits<'p>(
         }
     }
     Ok(holding)
+}
+
+/// The pieces of `vectors` (vids at most [`Pieces::max_vid`]) that hold a
+/// bit, each under its key ([`Pieces::key`]): its parts narrowed to the
+/// piece's containers, in place.
+pub(super) fn cut<'p>(
+    pieces: Pieces,
+    vectors: &'p [(u64, Vec<VectorPart<'p>>)],
+) -> Vec<(u64, Vec<Within<'p>>)> {
+    let mut cut: Vec<(u64, Vec<Within<'p>>)> = Vec::new();
+    for (vid, parts) in vectors {
+        for part in parts {
+            let Some((first, last)) = part.key_range() else {
+                continue;
+            };
+            for piece in pieces.spanned(first..=last) {
+                let within = part.within(pieces.containers(piece));
+                if within.part().is_empty() {
+                    continue;
+                }
+                let key = pieces.key(*vid, piece);
+                match cut.last_mut() {
+                    Some((last, list)) if *last == key => list.push(within),
+                    _ => cut.push((key, vec![within])),
+                }
+            }
+        }
+    }
+    cut
 }
 
 /// Vector `vid` of a request, refused: `badQuery`, naming it.

@@ -123,6 +123,7 @@ mod tests {
         ClusterConfig {
             replicas,
             group: 1,
+            piece: crate::pieces::DEFAULT_PIECE,
             slaves: (0..slaves)
                 .map(|i| SlaveEntry {
                     name: format!("s{i}"),

@@ -165,6 +165,14 @@ impl Master {
         format!("{} ({})", entry.name, entry.addr)
     }
 
+    /// The vector, or piece of one, stored under `key`, for messages.
+    fn named(&self, key: u64) -> String {
+        match self.layout().current.pieces().split(key) {
+            (vid, 0) => format!("vector {vid}"),
+            (vid, piece) => format!("piece {piece} of vector {vid}"),
+        }
+    }
+
     fn mark_down(&self, index: usize, reason: &str) {
         if self.slaves.down(index, reason) {
             tracing::warn!("slave {} is down: {reason}", self.slave_name(index));

@@ -535,6 +535,7 @@ mod tests {
                 slaves,
                 replicas,
                 group,
+                pieces: crate::pieces::Pieces::whole(),
             },
             most: 1 << 20,
         }

@@ -1,6 +1,6 @@
 //! The layout the master's vectors were placed under (docs/protocol.md §4,
-//! §9): the slaves in placement order with their addresses, `replicas` and
-//! `group`. It is recorded in the master's data directory
+//! §9): the slaves in placement order with their addresses, `replicas`,
+//! `group` and `piece`. It is recorded in the master's data directory
 //! (`placement.toml`, written through the engine's [`Directory`]: staged,
 //! synced, renamed), so that editing the cluster file never silently moves
 //! where vectors are read from.
@@ -10,12 +10,15 @@
 //! slaves from the end, and change `replicas`. A new address is used at
 //! once; the other edits change no placement by themselves (the master goes
 //! on placing by the recorded layout until the vectors are moved). Any other
-//! edit (renaming, reordering, removing from the middle, a new `group`) is
-//! refused with an error saying what is allowed.
+//! edit (renaming, reordering, removing from the middle, a new `group` or
+//! `piece`) is refused with an error saying what is allowed. A record
+//! written before pieces existed placed whole vectors (`piece = 2^32`).
 
 use bitfold_engine::store::Directory;
 
 use crate::cluster::ClusterConfig;
+use crate::pieces::WHOLE;
+use crate::placement::GROUP_ALL;
 
 /// The file, in the master's data directory.
 const FILE: &str = "placement.toml";
@@ -32,7 +35,7 @@ const ALLOWED: &str = "once vectors exist, the allowed edits of the cluster file
 /// The layout to place by, given the cluster `file` and what `dir`
 /// records (recording it when it changed). A master that already holds
 /// vectors (`has_vectors`) without a record placed them before `group`
-/// existed, with `group = 1`, on the file's slaves.
+/// existed, with `group = 1`, whole, on the file's slaves.
 pub(crate) fn layout(
     dir: &dyn Directory,
     file: &ClusterConfig,
@@ -60,10 +63,12 @@ pub(crate) fn layout(
                 _ => 1,
             };
             check_group(file.group, placed)?;
+            check_piece(file.piece, WHOLE)?;
             file.clone()
         }
         Some(Recorded::Layout(recorded)) => {
             check_group(file.group, recorded.group)?;
+            check_piece(file.piece, recorded.piece)?;
             edited(recorded, file)?
         }
     };
@@ -84,10 +89,37 @@ fn check_group(group: u64, placed: u64) -> Result<(), String> {
     if group == placed {
         return Ok(());
     }
+    let written = |group: u64| {
+        if group == GROUP_ALL {
+            "\"all\"".to_owned()
+        } else {
+            group.to_string()
+        }
+    };
+    let (group, placed) = (written(group), written(placed));
     Err(format!(
         "the cluster file says group = {group}, but this master's vectors were placed with \
          group = {placed}: set group = {placed} in the cluster file"
     ))
+}
+
+fn check_piece(piece: u64, placed: u64) -> Result<(), String> {
+    if piece == placed {
+        return Ok(());
+    }
+    Err(format!(
+        "the cluster file says piece = {piece}, but this master's vectors were cut into pieces \
+         of {placed} bits: set piece = {placed} in the cluster file"
+    ))
+}
+
+/// A layout read from a record, which holds no `piece` if written before
+/// pieces existed: those vectors were placed whole.
+fn recorded_layout(mut table: toml::Table) -> Option<ClusterConfig> {
+    table
+        .entry("piece")
+        .or_insert(toml::Value::Integer(WHOLE as i64));
+    table.try_into().ok()
 }
 
 /// The recorded layout with the addresses of `file` (whose edit of it must
@@ -123,7 +155,7 @@ enum Recorded {
 }
 
 fn parse(text: &str) -> Option<Recorded> {
-    if let Ok(layout) = toml::from_str::<ClusterConfig>(text) {
+    if let Some(layout) = toml::from_str(text).ok().and_then(recorded_layout) {
         return layout
             .validate()
             .is_ok()
@@ -155,16 +187,24 @@ pub(crate) fn target(
     file: &ClusterConfig,
 ) -> Result<ClusterConfig, String> {
     check_group(file.group, current.group)?;
+    check_piece(file.piece, current.piece)?;
     edited(current, file)?;
     Ok(file.clone())
 }
 
 /// A move in progress: the layout vectors move to, and the first vid not
 /// yet copied.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Move {
     pub(crate) next: u64,
     pub(crate) target: ClusterConfig,
+}
+
+/// A move record as read: its target may be from before pieces existed.
+#[derive(serde::Deserialize)]
+struct MoveRecord {
+    next: u64,
+    target: toml::Table,
 }
 
 /// The move in progress, if `dir` records one. Its target must extend the
@@ -190,7 +230,13 @@ pub(crate) fn read_move(
     let bytes = dir.read(MOVE_FILE).map_err(|e| e.to_string())?;
     let parsed = std::str::from_utf8(&bytes)
         .ok()
-        .and_then(|text| toml::from_str::<Move>(text).ok());
+        .and_then(|text| toml::from_str::<MoveRecord>(text).ok())
+        .and_then(|record| {
+            Some(Move {
+                next: record.next,
+                target: recorded_layout(record.target)?,
+            })
+        });
     let Some(mut moving) = parsed.filter(|m| m.target.validate().is_ok()) else {
         return Err(damaged(""));
     };
@@ -228,6 +274,7 @@ mod tests {
     fn cluster(slaves: &[(&str, &str)], replicas: usize, group: u64) -> ClusterConfig {
         ClusterConfig {
             replicas,
+            piece: crate::pieces::DEFAULT_PIECE,
             group,
             slaves: slaves
                 .iter()
@@ -303,7 +350,12 @@ mod tests {
                 .unwrap_err()
                 .contains("set group = 16")
         );
-        let file = cluster(&THREE, 1, 16);
+        let why = layout(&dir, &cluster(&THREE, 1, 16), true).unwrap_err();
+        assert!(why.contains("set piece = 4294967296"), "{why}");
+        let file = ClusterConfig {
+            piece: WHOLE,
+            ..cluster(&THREE, 1, 16)
+        };
         assert_eq!(layout(&dir, &file, true).unwrap(), file);
         assert!(
             std::str::from_utf8(&dir.read(FILE).unwrap())
@@ -318,6 +370,36 @@ mod tests {
                 .unwrap_err()
                 .contains("restore it")
         );
+    }
+
+    #[test]
+    fn a_record_from_before_pieces_placed_whole_vectors_and_piece_is_kept() {
+        let dir = MemoryDirectory::new();
+        let cut = cluster(&THREE, 1, 16);
+        layout(&dir, &cut, false).unwrap();
+        let text = String::from_utf8(dir.read(FILE).unwrap().to_vec()).unwrap();
+        assert!(text.contains("piece = 1048576"), "{text}");
+        let why = layout(
+            &dir,
+            &ClusterConfig {
+                piece: 1 << 16,
+                ..cut.clone()
+            },
+            true,
+        )
+        .unwrap_err();
+        assert!(why.contains("set piece = 1048576"), "{why}");
+        let mut old = dir.create(FILE).unwrap();
+        old.write_all(text.replace("piece = 1048576\n", "").as_bytes())
+            .unwrap();
+        old.commit().unwrap();
+        let why = layout(&dir, &cut, true).unwrap_err();
+        assert!(why.contains("set piece = 4294967296"), "{why}");
+        let whole = ClusterConfig {
+            piece: WHOLE,
+            ..cut
+        };
+        assert_eq!(layout(&dir, &whole, true).unwrap(), whole);
     }
 
     #[test]

@@ -52,49 +52,72 @@ pub(super) enum Found {
     Point(Response<slave::fetch_results::Owned>),
 }
 
-/// Writes what was found into the reply, in `format`.
+/// Writes what was found (the pieces of one answer, key-disjoint and in
+/// ascending order) into the reply, in `format`: counts add up, vectors
+/// join by concatenation.
 pub(super) fn write_found(
-    found: &Found,
+    found: &[Found],
     format: WireFormat,
     out: result::Builder<'_>,
 ) -> Result<(), Failure> {
-    let list: Option<PartList<'_>> = match found {
-        Found::Empty => None,
-        Found::Range(response) => {
-            match response
-                .get()
-                .and_then(|r| r.get_result())
-                .and_then(|r| Ok(r.which()?))
-            {
-                Ok(coordinate_result::Vector(list)) => Some(list.map_err(Failure::internal)?),
-                Ok(coordinate_result::Count(count)) => return write_count(count, format, out),
-                Ok(coordinate_result::FailedMachines(_)) => {
-                    return Err(Failure::internal("a failed answer was taken for a vector"));
+    let mut lists: Vec<PartList<'_>> = Vec::new();
+    let mut counted = None;
+    for piece in found {
+        match piece {
+            Found::Empty => {}
+            Found::Range(response) => {
+                match response
+                    .get()
+                    .and_then(|r| r.get_result())
+                    .and_then(|r| Ok(r.which()?))
+                {
+                    Ok(coordinate_result::Vector(list)) => {
+                        lists.push(list.map_err(Failure::internal)?);
+                    }
+                    Ok(coordinate_result::Count(count)) => {
+                        counted = Some(counted.unwrap_or(0) + count);
+                    }
+                    Ok(coordinate_result::FailedMachines(_)) => {
+                        return Err(Failure::internal("a failed answer was taken for a vector"));
+                    }
+                    Err(err) => return Err(Failure::internal(err)),
                 }
-                Err(err) => return Err(Failure::internal(err)),
+            }
+            Found::Point(response) => {
+                match response
+                    .get()
+                    .and_then(|r| r.get_result())
+                    .and_then(|r| Ok(r.which()?))
+                {
+                    Ok(fetch_result::Vector(list)) => lists.push(list.map_err(Failure::internal)?),
+                    Ok(fetch_result::Count(count)) => {
+                        counted = Some(counted.unwrap_or(0) + count);
+                    }
+                    Ok(fetch_result::NotFound(())) => {
+                        return Err(Failure::internal("a missing vector was taken for one"));
+                    }
+                    Err(err) => return Err(Failure::internal(err)),
+                }
             }
         }
-        Found::Point(response) => {
-            match response
-                .get()
-                .and_then(|r| r.get_result())
-                .and_then(|r| Ok(r.which()?))
-            {
-                Ok(fetch_result::Vector(list)) => Some(list.map_err(Failure::internal)?),
-                Ok(fetch_result::Count(count)) => return write_count(count, format, out),
-                Ok(fetch_result::NotFound(())) => {
-                    return Err(Failure::internal("a missing vector was taken for one"));
-                }
-                Err(err) => return Err(Failure::internal(err)),
-            }
+    }
+    if let Some(count) = counted {
+        if !lists.is_empty() {
+            return Err(Failure::internal(
+                "pieces of one answer came as counts and as vectors",
+            ));
         }
-    };
-    let wire_parts = match list {
-        Some(list) => wire::read_partial(list, &mut wire::HoleBudget::per_message())
-            .map_err(Failure::internal)?,
-        None => Vec::new(),
-    };
-    let parts = wire::views(&wire_parts).map_err(Failure::internal)?;
+        return write_count(count, format, out);
+    }
+    let wire_parts = lists
+        .into_iter()
+        .map(|list| wire::read_partial(list, &mut wire::HoleBudget::per_message()))
+        .collect::<capnp::Result<Vec<_>>>()
+        .map_err(Failure::internal)?;
+    let mut parts = Vec::new();
+    for piece in &wire_parts {
+        parts.extend(wire::views(piece).map_err(Failure::internal)?);
+    }
     // The forms below need key-disjoint ascending parts: check, never panic.
     Term::new(&parts).map_err(Failure::internal)?;
     write_vector(&parts, format, out)

@@ -71,6 +71,32 @@ impl Trace {
         }
     }
 
+    /// A record for one piece of the query, answered beside the others;
+    /// [`Trace::absorb`] takes it back once the piece is answered.
+    pub(super) fn piece(&self) -> Trace {
+        Trace::new(self.logged)
+    }
+
+    /// Takes in the attempts and hops of a piece's record, each attempt
+    /// named by its `piece` where the cluster cuts vectors.
+    pub(super) fn absorb(&self, piece: Option<u32>, record: Trace) {
+        let before = self.attempts.borrow().len();
+        let named = |text: String| match piece {
+            Some(piece) if self.logged => format!("piece {piece}, {text}"),
+            _ => text,
+        };
+        let attempts = record.attempts.into_inner();
+        self.attempts
+            .borrow_mut()
+            .extend(attempts.into_iter().map(named));
+        self.hops
+            .borrow_mut()
+            .extend(record.hops.into_inner().into_iter().map(|mut reported| {
+                reported.attempt += before;
+                reported
+            }));
+    }
+
     /// Records what the query parsed as.
     pub(super) fn kind(&self, kind: QueryKind) {
         self.kind.set(kind);

@@ -13,11 +13,13 @@
 
 use std::collections::BTreeSet;
 
+use bitfold_engine::VectorPart;
+use bitfold_engine::vector::Within;
 use capnp::message::{Builder, HeapAllocator};
 
 use super::Master;
 use super::copy::read_changed;
-use super::import::{holding_bits, read_vectors, within};
+use super::import::{cut, holding_bits, read_vectors, within};
 use super::journal::{self, Pending};
 use super::probe::Writes;
 use super::reply::Failure;
@@ -43,17 +45,21 @@ impl Master {
         within(vectors.len(), wire::MAX_IMPORT_VECTORS, "vectors to clear")?;
         let read = read_vectors(vectors)?;
         let mut chosen = holding_bits(&read)?;
-        chosen.retain(|(vid, _)| self.records.catalog().contains(*vid));
+        let pieces = self.layout().current.pieces();
+        chosen.retain(|(vid, _)| *vid <= pieces.max_vid());
+        let mut cut = cut(pieces, &chosen);
+        cut.retain(|(key, _)| self.records.catalog().contains(*key));
         let mut message = Builder::new_default();
-        let mut list = journal::init_changes(&mut message, chosen.len() as u32);
-        let mut vids = BTreeSet::new();
-        for (j, (vid, parts)) in chosen.iter().enumerate() {
+        let mut list = journal::init_changes(&mut message, cut.len() as u32);
+        let mut keys = BTreeSet::new();
+        for (j, (key, narrowed)) in cut.iter().enumerate() {
+            let parts: Vec<VectorPart<'_>> = narrowed.iter().map(Within::part).collect();
             let mut change = list.reborrow().get(j as u32);
-            change.set_vid(*vid);
-            wire::write_parts(change.init_clear(parts.len() as u32), parts);
-            vids.insert(*vid);
+            change.set_vid(*key);
+            wire::write_parts(change.init_clear(parts.len() as u32), &parts);
+            keys.insert(*key);
         }
-        self.apply(message, vids, Kind::Clear).await
+        self.apply(message, keys, Kind::Clear).await
     }
 
     /// Deletes every existing vector in `spans` on every owner; returns how
@@ -63,6 +69,8 @@ impl Master {
         spans: capnp::struct_list::Reader<'_, vid_span::Owned>,
     ) -> Result<u64, Failure> {
         within(spans.len(), wire::MAX_DELETE_SPANS, "spans to delete")?;
+        let pieces = self.layout().current.pieces();
+        let present = self.records.catalog().pieces(pieces);
         let mut vids = BTreeSet::new();
         for span in spans.iter() {
             let (first, last) = (span.get_first(), span.get_last());
@@ -72,7 +80,12 @@ impl Master {
                     format!("bad span {first}-{last}: the first vid must not exceed the last"),
                 ));
             }
-            vids.extend(self.records.catalog().range(first, last));
+            for &piece in &present {
+                if let Some(keys) = pieces.keys(piece, first, last) {
+                    let catalog = self.records.catalog();
+                    vids.extend(catalog.range(*keys.start(), *keys.end()));
+                }
+            }
         }
         let mut message = Builder::new_default();
         let mut list = journal::init_changes(&mut message, vids.len() as u32);
@@ -85,8 +98,9 @@ impl Master {
     }
 
     /// Records the write made of `changes` (a new write's message,
-    /// [`journal::init_changes`]: to the existing `vids`, or for an import
-    /// the vids it sets bits of) and has every owner apply it.
+    /// [`journal::init_changes`]: to the existing keys `vids`, or for an
+    /// import the keys it sets bits of) and has every owner apply it;
+    /// returns how many vectors (not pieces) it changed.
     pub(super) async fn apply(
         &self,
         changes: Builder<HeapAllocator>,
@@ -209,9 +223,14 @@ impl Master {
                 missed.join("; ")
             )));
         }
+        let pieces = layout.current.pieces();
+        let distinct = |keys: &BTreeSet<u64>| {
+            let vids: BTreeSet<u64> = keys.iter().map(|&key| pieces.vid(key)).collect();
+            vids.len() as u64
+        };
         Ok(match kind {
-            Kind::Clear => changed.len() as u64,
-            Kind::Delete | Kind::Import => vids.len() as u64,
+            Kind::Clear => distinct(&changed),
+            Kind::Delete | Kind::Import => distinct(&vids),
         })
     }
 
