@@ -12,6 +12,7 @@
 
 mod direct;
 mod history;
+mod layout;
 mod model;
 mod nemesis;
 mod workload;
@@ -22,10 +23,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bitfold_client::Client;
-use bitfold_server::placement::Placement;
 
 use crate::util::Cluster;
 use history::{Action, Op, Outcome, Recorder, Seen};
+use layout::Layout;
 
 /// The seeds of the test suite's run.
 const SUITE_SEEDS: &[u64] = &[1, 2, 3];
@@ -72,7 +73,8 @@ fn random_faults_never_give_a_wrong_answer() {
     let mut failed = Vec::new();
     let mut wrong = 0;
     for &seed in &seeds {
-        println!("faults | seed {seed} | {seconds} s of faults");
+        let layout = Layout::of(seed).toml().replace('\n', " ");
+        println!("faults | seed {seed} | {layout}| {seconds} s of faults");
         let report = run(seed, Duration::from_secs_f64(seconds));
         println!("{}", report.tally);
         for finding in &report.shown {
@@ -115,7 +117,9 @@ fn random_faults_never_give_a_wrong_answer() {
 
 /// One seed: the run under faults, healing, the final reads, the check.
 fn run(seed: u64, length: Duration) -> Report {
-    let mut cluster = Cluster::start_with(SLAVES, REPLICAS, nemesis::MASTER_ARGS);
+    let layout = Layout::of(seed);
+    let mut cluster =
+        Cluster::start_laid_out(SLAVES, REPLICAS, nemesis::MASTER_ARGS, &layout.toml());
     let addr = cluster.master_addr();
     let recorder = Recorder::new();
     let stop = AtomicBool::new(false);
@@ -160,7 +164,7 @@ fn run(seed: u64, length: Duration) -> Report {
     let retries = Instant::now() + FINAL_RETRIES;
     for vid in 0..workload::VIDS {
         loop {
-            let got = workload::read(&client, &recorder, "final", Action::Point(vid));
+            let got = workload::read(&client, &recorder, "final", Action::Point(vid), layout);
             match got {
                 Outcome::Failed(e) if Instant::now() > retries => {
                     unavailable += 1;
@@ -178,7 +182,7 @@ fn run(seed: u64, length: Duration) -> Report {
     let copies: Vec<Result<BTreeMap<u64, Seen>, String>> = cluster
         .slave_addrs
         .iter()
-        .map(|a| direct::copies(a))
+        .map(|a| direct::copies(a, layout))
         .collect();
     let ops = recorder.ops();
     let vids: Vec<u64> = (0..workload::VIDS).collect();
@@ -234,7 +238,7 @@ fn run(seed: u64, length: Duration) -> Report {
     for wrong in &verdict.wrong {
         *kinds.entry(wrong.kind).or_default() += 1;
     }
-    let copies = check_copies(seed, &ops, &verdict, &copies);
+    let copies = check_copies(seed, layout, &ops, &verdict, &copies);
     if !copies.is_empty() {
         kinds.insert("copies wrong after healing", copies.len());
     }
@@ -320,21 +324,20 @@ fn wait_whole(cluster: &Cluster, patience: Duration) -> Result<(), String> {
     Err(format!("not whole within {} s: {last}", patience.as_secs()))
 }
 
-/// After healing: every owner of a vid holds the same allowed state as the
-/// master answered, and no slave holds a vector it does not own or that
-/// does not exist.
+/// After healing: every owner of a vid (of each of its pieces, where the
+/// layout cuts vectors) holds the same allowed state as the master
+/// answered, and no slave holds a vector or piece it does not own or of a
+/// vector that does not exist. A piece that holds none of the answer's
+/// bits may be absent (it was never written) or empty (cleared).
 fn check_copies(
     seed: u64,
+    layout: Layout,
     ops: &[Op],
     verdict: &model::Verdict,
     copies: &[Result<BTreeMap<u64, Seen>, String>],
 ) -> Vec<String> {
-    let placement = Placement {
-        slaves: SLAVES,
-        replicas: REPLICAS,
-        group: 1,
-        pieces: Default::default(),
-    };
+    let placement = layout.placement(SLAVES, REPLICAS);
+    let cut = layout.pieces() > 1;
     let mut findings = Vec::new();
     for (i, held) in copies.iter().enumerate() {
         if let Err(e) = held {
@@ -348,52 +351,72 @@ fn check_copies(
             .map(|op| op.outcome.clone())
     };
     for vid in 0..workload::VIDS {
-        let owners = placement.owners(vid);
         let answered = match last_read(vid) {
             Some(Outcome::Read(seen)) => Some(seen),
             _ => None,
         };
         let allowed = verdict.last.get(&vid).cloned().flatten();
         let mut problems = Vec::new();
-        for (i, held) in copies.iter().enumerate() {
-            let Ok(held) = held else { continue };
-            let copy = held.get(&vid);
-            let owner = owners.contains(&i);
-            match (copy, &answered) {
-                (Some(copy), Some(Seen::Missing)) => problems.push(format!(
-                    "s{i} holds {copy} of a vector the master says does not exist{}",
-                    if owner { "" } else { " (and does not own it)" }
-                )),
-                (Some(copy), _) if !owner => {
-                    problems.push(format!("s{i} holds {copy} but does not own vid {vid}"))
+        let mut every_owner = BTreeSet::new();
+        for piece in 0..layout.pieces() {
+            let key = placement.pieces.key(vid, piece);
+            let owners = placement.owners(key);
+            every_owner.extend(owners.iter().copied());
+            let mask = layout.piece_mask(piece);
+            let named = if cut {
+                format!("piece {piece} of vid {vid}")
+            } else {
+                format!("vid {vid}")
+            };
+            let answer = answered.as_ref().map(|seen| match seen {
+                Seen::Bits(m) => Seen::Bits(m & mask),
+                other => other.clone(),
+            });
+            for (i, held) in copies.iter().enumerate() {
+                let Ok(held) = held else { continue };
+                let copy = held.get(&key);
+                let owner = owners.contains(&i);
+                match (copy, &answer) {
+                    (Some(copy), Some(Seen::Missing)) => problems.push(format!(
+                        "s{i} holds {copy} of {named}, which the master says does not exist{}",
+                        if owner { "" } else { " (and does not own it)" }
+                    )),
+                    (Some(copy), _) if !owner => {
+                        problems.push(format!("s{i} holds {copy} but does not own {named}"))
+                    }
+                    (None, Some(Seen::Bits(m))) if owner && (*m != 0 || !cut) => {
+                        problems.push(format!(
+                            "s{i} owns {named} but holds no copy (the master answered {})",
+                            history::bits(*m)
+                        ))
+                    }
+                    (Some(copy), Some(answer)) if copy != answer => problems.push(format!(
+                        "s{i}'s copy {copy} of {named} differs from the master's answer {answer}"
+                    )),
+                    _ => {}
                 }
-                (None, Some(Seen::Bits(m))) if owner => problems.push(format!(
-                    "s{i} owns vid {vid} but holds no copy (the master answered {})",
-                    history::bits(*m)
-                )),
-                (Some(copy), Some(answer)) if copy != answer => problems.push(format!(
-                    "s{i}'s copy {copy} differs from the master's answer {answer}"
-                )),
-                _ => {}
-            }
-            if let (Some(Seen::Bits(m)), Some(allowed)) = (copy, &allowed)
-                && !allowed.contains(&Some(*m))
-            {
-                problems.push(format!(
-                    "s{i}'s copy {} is no state the writes allow: {}",
-                    history::bits(*m),
-                    allowed
-                        .iter()
-                        .map(|&s| history::state(s))
-                        .collect::<Vec<_>>()
-                        .join(" | ")
-                ));
+                if let (Some(Seen::Bits(m)), Some(allowed)) = (copy, &allowed)
+                    && !allowed.iter().any(|s| s.map(|a| a & mask) == Some(*m))
+                {
+                    problems.push(format!(
+                        "s{i}'s copy {} of {named} is no state the writes allow: {}",
+                        history::bits(*m),
+                        allowed
+                            .iter()
+                            .map(|&s| history::state(s))
+                            .collect::<Vec<_>>()
+                            .join(" | ")
+                    ));
+                }
             }
         }
         if !problems.is_empty() {
             findings.push(format!(
                 "seed {seed}: vid {vid} after healing (owners {:?}): {}\n{}",
-                owners.iter().map(|o| format!("s{o}")).collect::<Vec<_>>(),
+                every_owner
+                    .iter()
+                    .map(|o| format!("s{o}"))
+                    .collect::<Vec<_>>(),
                 problems.join("; "),
                 excerpt(ops, &[vid], ops.len() - 1)
             ));

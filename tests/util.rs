@@ -231,6 +231,9 @@ pub struct Cluster {
     /// The master process (None while killed).
     pub master: Option<Server>,
     extra_master_args: Vec<String>,
+    /// The cluster file's lines that place vectors (`group = 1` unless
+    /// started by [`Cluster::start_laid_out`]).
+    layout: String,
 }
 
 impl Cluster {
@@ -241,6 +244,17 @@ impl Cluster {
 
     /// Like [`Cluster::start`], with extra flags for the master.
     pub fn start_with(slaves: usize, replicas: usize, master_args: &[&str]) -> Cluster {
+        Self::start_laid_out(slaves, replicas, master_args, "group = 1\n")
+    }
+
+    /// Like [`Cluster::start_with`], the cluster file placing vectors by
+    /// `layout` (its `group` and `piece` lines) instead of `group = 1`.
+    pub fn start_laid_out(
+        slaves: usize,
+        replicas: usize,
+        master_args: &[&str],
+        layout: &str,
+    ) -> Cluster {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let mut cluster = Cluster {
             dir,
@@ -248,6 +262,7 @@ impl Cluster {
             slave_addrs: Vec::new(),
             master: None,
             extra_master_args: master_args.iter().map(|s| s.to_string()).collect(),
+            layout: layout.to_owned(),
         };
         for i in 0..slaves {
             let server = cluster
@@ -263,9 +278,10 @@ impl Cluster {
 
     /// Writes the cluster file: the first `slaves` slaves, `replicas` copies.
     /// The scenarios reason about which slave holds which of a few dozen
-    /// vids: placed one by one (`group = 1`), they spread over every slave.
+    /// vids: placed one by one (`group = 1`, unless the cluster was started
+    /// with another layout), they spread over every slave.
     pub fn write_cluster_file(&self, slaves: usize, replicas: usize) {
-        let mut toml = format!("replicas = {replicas}\ngroup = 1\n");
+        let mut toml = format!("replicas = {replicas}\n{}", self.layout);
         for (i, addr) in self.slave_addrs.iter().take(slaves).enumerate() {
             toml.push_str(&format!("[[slaves]]\nname = \"s{i}\"\naddr = \"{addr}\"\n"));
         }

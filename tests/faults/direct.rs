@@ -7,9 +7,11 @@ use std::time::Duration;
 use bitfold_proto::bitfold_capnp::{Want, fetch_result, part, slave};
 
 use super::history::Seen;
+use super::layout::Layout;
 
-/// Every vector slave `addr` holds, as it holds it.
-pub fn copies(addr: &str) -> Result<BTreeMap<u64, Seen>, String> {
+/// Every vector (or piece, by its key) slave `addr` holds, as it holds it,
+/// read as `layout` writes a run's bits.
+pub fn copies(addr: &str, layout: Layout) -> Result<BTreeMap<u64, Seen>, String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -40,7 +42,7 @@ pub fn copies(addr: &str) -> Result<BTreeMap<u64, Seen>, String> {
                         for p in parts?.iter() {
                             bits.extend(decode(p)?);
                         }
-                        Seen::of(bits)
+                        Seen::of(layout, bits)
                     }
                     fetch_result::NotFound(()) => Seen::Missing,
                     fetch_result::Count(_) => {

@@ -7,6 +7,8 @@ use std::time::Instant;
 
 use bitfold_client::{Error, ErrorKind};
 
+use super::layout::Layout;
+
 /// What an operation did or asked.
 #[derive(Debug, Clone)]
 pub enum Action {
@@ -78,18 +80,19 @@ pub enum Seen {
     Missing,
     /// The bits, all below 64.
     Bits(u64),
-    /// Bits of which some are 64 or above: never written, always wrong.
+    /// Positions of which some hold no bit of a run (as the layout writes
+    /// them): never written, always wrong.
     Beyond(Vec<u32>),
 }
 
 impl Seen {
-    /// The vector of `bits`.
-    pub fn of(bits: impl IntoIterator<Item = u32>) -> Seen {
-        let bits: Vec<u32> = bits.into_iter().collect();
-        if bits.iter().all(|&b| b < 64) {
-            Seen::Bits(bits.iter().fold(0, |m, &b| m | 1 << b))
-        } else {
-            Seen::Beyond(bits)
+    /// The vector holding bits at `positions`, as `layout` writes a run's bits.
+    pub fn of(layout: Layout, positions: impl IntoIterator<Item = u32>) -> Seen {
+        let positions: Vec<u32> = positions.into_iter().collect();
+        let bits: Option<Vec<u32>> = positions.iter().map(|&p| layout.bit(p)).collect();
+        match bits {
+            Some(bits) => Seen::Bits(bits.iter().fold(0, |m, &b| m | 1 << b)),
+            None => Seen::Beyond(positions),
         }
     }
 }

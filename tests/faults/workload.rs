@@ -10,6 +10,7 @@ use bitfold_client::{Answer, Client, Error, ErrorKind, Format};
 use bitfold_engine::VectorBuf;
 
 use super::history::{Action, Outcome, Recorder, Seen, write_outcome};
+use super::layout::Layout;
 use crate::util::Rng;
 
 /// The vids of a run: 0..24, spread by placement over every slave.
@@ -47,11 +48,14 @@ fn some_vids(rng: &mut Rng, k: u64) -> Vec<u64> {
     vids
 }
 
-fn vectors(masks: &[(u64, u64)]) -> Vec<(u64, VectorBuf)> {
+fn vectors(masks: &[(u64, u64)], layout: Layout) -> Vec<(u64, VectorBuf)> {
     masks
         .iter()
         .map(|&(vid, m)| {
-            let bits = (0..64).filter(|b| m >> b & 1 == 1).collect();
+            let bits = (0..64)
+                .filter(|b| m >> b & 1 == 1)
+                .map(|b| layout.position(b))
+                .collect();
             (vid, VectorBuf::from_bits(bits))
         })
         .collect()
@@ -60,6 +64,7 @@ fn vectors(masks: &[(u64, u64)]) -> Vec<(u64, VectorBuf)> {
 /// The writer: one write at a time until `stop`.
 pub fn writer(addr: &str, seed: u64, recorder: &Recorder, stop: &AtomicBool) {
     let mut rng = Rng(seed ^ 0x7772_6974_6572_0000);
+    let layout = Layout::of(seed);
     let client = client(addr);
     while !stop.load(Ordering::Acquire) {
         let pick = rng.below(100);
@@ -72,7 +77,7 @@ pub fn writer(addr: &str, seed: u64, recorder: &Recorder, stop: &AtomicBool) {
                     (v, random_bits(&mut rng, n))
                 })
                 .collect();
-            let vectors = vectors(&masks);
+            let vectors = vectors(&masks, layout);
             recorder.record("writer", Action::Import(masks), || {
                 let parts: Vec<_> = vectors.iter().map(|(v, b)| (*v, b.as_part())).collect();
                 match client.import(&parts) {
@@ -86,7 +91,7 @@ pub fn writer(addr: &str, seed: u64, recorder: &Recorder, stop: &AtomicBool) {
                 .into_iter()
                 .map(|v| (v, rng.next_u64() & rng.next_u64()))
                 .collect();
-            let vectors = vectors(&masks);
+            let vectors = vectors(&masks, layout);
             recorder.record("writer", Action::Clear(masks), || {
                 let parts: Vec<_> = vectors.iter().map(|(v, b)| (*v, b.as_part())).collect();
                 match client.clear(&parts) {
@@ -131,6 +136,7 @@ pub fn writer(addr: &str, seed: u64, recorder: &Recorder, stop: &AtomicBool) {
 pub fn reader(addr: &str, seed: u64, who: &'static str, recorder: &Recorder, stop: &AtomicBool) {
     let stream = who.bytes().fold(0u64, |h, b| h << 8 | b as u64);
     let mut rng = Rng(seed ^ stream);
+    let layout = Layout::of(seed);
     let client = client(addr);
     while !stop.load(Ordering::Acquire) {
         let action = if rng.below(100) < 55 {
@@ -148,19 +154,26 @@ pub fn reader(addr: &str, seed: u64, who: &'static str, recorder: &Recorder, sto
                 .collect();
             Action::Range(terms)
         };
-        read(&client, recorder, who, action);
+        read(&client, recorder, who, action, layout);
         thread::sleep(Duration::from_millis(1 + rng.below(6)));
     }
 }
 
-/// Asks `action` (a `P:` or `R:`) in the roaring form and records the answer.
-pub fn read(client: &Client, recorder: &Recorder, who: &'static str, action: Action) -> Outcome {
+/// Asks `action` (a `P:` or `R:`) in the roaring form and records the
+/// answer, read as `layout` writes a run's bits.
+pub fn read(
+    client: &Client,
+    recorder: &Recorder,
+    who: &'static str,
+    action: Action,
+    layout: Layout,
+) -> Outcome {
     let query = action.query();
     recorder.record(who, action, || {
         match client.query(&query, Format::Roaring) {
             Ok(Answer::Roaring(bytes)) => {
                 match roaring::RoaringBitmap::deserialize_from(&bytes[..]) {
-                    Ok(bitmap) => Outcome::Read(Seen::of(bitmap.iter())),
+                    Ok(bitmap) => Outcome::Read(Seen::of(layout, bitmap.iter())),
                     // An answer that does not decode is a wrong one.
                     Err(e) => {
                         eprintln!("{query}: the roaring answer does not decode: {e}");

@@ -199,7 +199,8 @@ pub struct ImportArgs {
     /// The master to import through.
     #[arg(long, value_name = "HOST:PORT", conflicts_with = "data_dir")]
     pub master: Option<String>,
-    /// Write straight into the slave store in DIR instead (bulk load of one slave, no master).
+    /// Write straight into the slave store in DIR instead (bulk load of one slave, no master;
+    /// vectors are stored whole, as a cluster with `piece = 4294967296` stores them).
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
     /// Input format [default: `roaring` when every path is a directory or a `.roaring` file, else `pairs`].

@@ -1,5 +1,5 @@
-//! A part narrowed to the containers whose keys lie in a range: one piece
-//! of a column, as a slave reads it for a query planned per piece.
+//! A part narrowed to the containers whose keys lie in a range: one column
+//! piece of a vector, as the master cuts a write into pieces.
 //!
 //! The dense words, dense keys, sparse keys and sparse positions are
 //! borrowed from the part; only the end offsets of the sparse containers are

@@ -46,7 +46,6 @@ impl Master {
         format: WireFormat,
         trace: &Trace,
     ) -> Result<Vec<Found>, Failure> {
-        let _in_flight = self.in_flight.enter();
         let query = query::parse(message, &self.options.limits)
             .map_err(|e| Failure::new(ErrorKind::BadQuery, e.to_string()))?;
         trace.kind(match query {
@@ -56,6 +55,10 @@ impl Master {
         let budget = Budget::new(self.options.query_timeout);
         let count = format == WireFormat::Count;
         let work = async {
+            self.wait_for_writes_to(&query).await;
+            // Entered with no await since the check: a write pinned after
+            // it waits for this query before any owner applies it.
+            let _in_flight = self.in_flight.enter();
             match &query {
                 Query::Point(vid) => self.point(*vid, count, budget, trace).await,
                 Query::Range(terms) => {
@@ -75,6 +78,49 @@ impl Master {
             Ok(found) => found,
             Err(_) => Err(self.no_answer_in_time()),
         }
+    }
+
+    /// Waits while a write is being applied to a vector `query` reads more
+    /// than one piece of. Its pieces' owners apply it one after another,
+    /// so a query reading them meanwhile could see it half applied; a query
+    /// of one piece reads each vector from its primary owner (`serving`)
+    /// and needs no wait.
+    async fn wait_for_writes_to(&self, query: &Query) {
+        loop {
+            let applied = self.records.applied();
+            if !self.reads_pieces_being_written(query) {
+                return;
+            }
+            applied.await;
+        }
+    }
+
+    /// Whether `query` reads more than one piece and some of the vectors
+    /// of the write being applied.
+    fn reads_pieces_being_written(&self, query: &Query) -> bool {
+        let writing = self.records.writing();
+        if writing.is_empty() {
+            return false;
+        }
+        let pieces = self.layout().current.pieces();
+        let present = self.records.catalog().pieces(pieces);
+        if present.len() < 2 {
+            return false;
+        }
+        let spans: Vec<query::Span> = match query {
+            Query::Point(vid) => vec![query::Span {
+                first: *vid,
+                last: *vid,
+            }],
+            Query::Range(terms) => terms.iter().flat_map(|t| t.spans.clone()).collect(),
+        };
+        present.iter().any(|&piece| {
+            spans.iter().any(|span| {
+                pieces
+                    .keys(piece, span.first, span.last)
+                    .is_some_and(|keys| writing.range(keys).next().is_some())
+            })
+        })
     }
 
     /// `failure`, naming the flag to raise where a slave was given up on

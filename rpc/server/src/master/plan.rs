@@ -192,9 +192,9 @@ pub(crate) struct PlanShape {
     pub(crate) most: usize,
 }
 
-/// A piece of a term: vids sharing their owners and read block (or one
+/// A stretch of a term: vids sharing their owners and read block (or one
 /// vid), with where it may be read.
-enum Piece {
+enum Stretch {
     /// Read from this machine.
     On(u32, VidRun),
     /// Read from whichever of these owners the query asks anyway, each
@@ -220,8 +220,8 @@ fn class_block(group: u64) -> u64 {
 /// Plans `terms` over `catalog`; `usable(i, run)` says whether slave `i`
 /// may serve every vector of `run` (it is live and holds them all).
 ///
-/// A piece of a term that covers its whole [`class_block`] is read from
-/// its replica class's owner. Any other piece (a narrow term, or the ends
+/// A stretch of a term that covers its whole [`class_block`] is read from
+/// its replica class's owner. Any other stretch (a narrow term, or the ends
 /// of a wide one) may be read from any owner: those are chosen so that the
 /// query asks the fewest machines ([`settle`]), since each machine more is
 /// a request and a partial result more.
@@ -243,7 +243,7 @@ pub(crate) fn plan(
     let placement = shape.placement;
     let block = class_block(placement.group);
     let mut named = 0u64;
-    let mut pieces: Vec<Vec<Piece>> = Vec::with_capacity(terms.len());
+    let mut stretches: Vec<Vec<Stretch>> = Vec::with_capacity(terms.len());
     let mut orphans = 0;
     let mut down = Vec::new();
     for spans in &merged {
@@ -255,8 +255,8 @@ pub(crate) fn plan(
                 let mut first = run.first;
                 loop {
                     let last = (*placement.read_run(first).end()).min(run.last);
-                    let piece = VidRun { first, last };
-                    named += piece.count();
+                    let stretch = VidRun { first, last };
+                    named += stretch.count();
                     if named > shape.most as u64 {
                         return Plan::TooMany { most: shape.most };
                     }
@@ -265,29 +265,29 @@ pub(crate) fn plan(
                     let start = first - first % block;
                     let covered = span.first <= start && span.last >= start + (block - 1);
                     let read = if covered {
-                        let reader = preferred.filter(|&r| usable(r, piece));
-                        reader.map(|r| Piece::On(r as u32, piece))
+                        let reader = preferred.filter(|&r| usable(r, stretch));
+                        reader.map(|r| Stretch::On(r as u32, stretch))
                     } else {
                         let others = owners.iter().copied().filter(|&o| Some(o) != preferred);
                         let able: Vec<usize> = preferred
                             .into_iter()
                             .chain(others)
-                            .filter(|&o| usable(o, piece))
+                            .filter(|&o| usable(o, stretch))
                             .collect();
                         match able.as_slice() {
                             [] => None,
-                            [only] => Some(Piece::On(*only as u32, piece)),
-                            _ => Some(Piece::Free(piece, able)),
+                            [only] => Some(Stretch::On(*only as u32, stretch)),
+                            _ => Some(Stretch::Free(stretch, able)),
                         }
                     };
                     if let Some(read) = read {
                         term.push(read);
                     } else {
                         // No one owner may serve it all: vid by vid.
-                        for vid in piece.vids() {
+                        for vid in stretch.vids() {
                             let one = VidRun::one(vid);
                             match placement.reader_among(&owners, vid, |i| usable(i, one)) {
-                                Some(owner) => term.push(Piece::On(owner as u32, one)),
+                                Some(owner) => term.push(Stretch::On(owner as u32, one)),
                                 None => {
                                     orphans += 1;
                                     down.extend_from_slice(&owners);
@@ -302,7 +302,7 @@ pub(crate) fn plan(
                 }
             }
         }
-        pieces.push(term);
+        stretches.push(term);
     }
     if orphans > 0 {
         down.sort_unstable();
@@ -312,18 +312,18 @@ pub(crate) fn plan(
             down,
         };
     }
-    let asked = settle(&pieces, placement.slaves);
-    let chains = pieces
+    let asked = settle(&stretches, placement.slaves);
+    let chains = stretches
         .iter()
         .map(|term| {
             let mut chain = Chain::new();
-            for piece in term {
-                let (machine, run) = match piece {
-                    Piece::On(machine, run) => (*machine, *run),
-                    Piece::Free(run, able) => {
+            for stretch in term {
+                let (machine, run) = match stretch {
+                    Stretch::On(machine, run) => (*machine, *run),
+                    Stretch::Free(run, able) => {
                         let reader = able.iter().find(|&&o| asked[o]);
                         (
-                            *reader.expect("settle asks a reader of every piece") as u32,
+                            *reader.expect("settle asks a reader of every stretch") as u32,
                             *run,
                         )
                     }
@@ -336,25 +336,25 @@ pub(crate) fn plan(
     Plan::Chains(chains)
 }
 
-/// The machines a query asks: every one a piece must be read from, and
-/// for the free pieces none of those can read, greedily the machine able
+/// The machines a query asks: every one a stretch must be read from, and
+/// for the free stretches none of those can read, greedily the machine able
 /// to read the most of them (the most as its class's first choice on a
 /// tie, then the next in a turn that moves from query to query), until
 /// each has one. A greedy set cover: within a logarithmic factor of the
-/// fewest in general, and the fewest when every piece has two owners of
+/// fewest in general, and the fewest when every stretch has two owners of
 /// four slaves in pairs, as a property test checks.
-fn settle(pieces: &[Vec<Piece>], slaves: usize) -> Vec<bool> {
+fn settle(stretches: &[Vec<Stretch>], slaves: usize) -> Vec<bool> {
     let mut asked = vec![false; slaves];
-    for piece in pieces.iter().flatten() {
-        if let Piece::On(machine, _) = piece {
+    for stretch in stretches.iter().flatten() {
+        if let Stretch::On(machine, _) = stretch {
             asked[*machine as usize] = true;
         }
     }
-    let mut open: Vec<(VidRun, &[usize])> = pieces
+    let mut open: Vec<(VidRun, &[usize])> = stretches
         .iter()
         .flatten()
-        .filter_map(|piece| match piece {
-            Piece::Free(run, able) if !able.iter().any(|&o| asked[o]) => {
+        .filter_map(|stretch| match stretch {
+            Stretch::Free(run, able) if !able.iter().any(|&o| asked[o]) => {
                 Some((*run, able.as_slice()))
             }
             _ => None,
@@ -364,7 +364,7 @@ fn settle(pieces: &[Vec<Piece>], slaves: usize) -> Vec<bool> {
         return asked;
     };
     // Ties go round the slaves, starting at a place the query's first
-    // open piece sets, so that no slave is everyone's first pick.
+    // open stretch sets, so that no slave is everyone's first pick.
     let turn = (first.first % slaves as u64) as usize;
     let mut readable = vec![(0usize, 0usize); slaves];
     while !open.is_empty() {
@@ -377,7 +377,7 @@ fn settle(pieces: &[Vec<Piece>], slaves: usize) -> Vec<bool> {
         }
         let best = (0..slaves)
             .max_by_key(|&s| (readable[s], std::cmp::Reverse((s + slaves - turn) % slaves)))
-            .expect("a free piece has owners");
+            .expect("a free stretch has owners");
         asked[best] = true;
         open.retain(|(_, able)| !able.contains(&best));
     }

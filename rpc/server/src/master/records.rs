@@ -12,7 +12,8 @@ use std::cell::{Ref, RefCell};
 use std::collections::BTreeSet;
 
 use capnp::message::{Builder, HeapAllocator};
-use tokio::sync::{Mutex, MutexGuard, TryLockError};
+use tokio::sync::futures::Notified;
+use tokio::sync::{Mutex, MutexGuard, Notify, TryLockError};
 
 use super::journal::{Journal, Write};
 use crate::catalog::Catalog;
@@ -27,6 +28,8 @@ pub(super) struct Records {
     /// The vids of the write being applied: until it is done, queries read
     /// them from their primary owner only (`serving`).
     writing: RefCell<BTreeSet<u64>>,
+    /// Woken when a write's vids are no longer being applied.
+    applied: Notify,
 }
 
 impl Records {
@@ -37,6 +40,7 @@ impl Records {
             journal: RefCell::new(journal),
             lock: Mutex::new(()),
             writing: RefCell::default(),
+            applied: Notify::new(),
         }
     }
 
@@ -123,7 +127,14 @@ impl Records {
     /// Makes `vids` the write being applied, until the pin is dropped.
     pub(super) fn pin(&self, vids: BTreeSet<u64>) -> Pinned<'_> {
         *self.writing.borrow_mut() = vids;
-        Pinned(&self.writing)
+        Pinned(self)
+    }
+
+    /// Resolves once the write being applied now (if any) is done: create
+    /// it before looking at [`Records::writing`], so that a write that ends
+    /// in between still wakes it.
+    pub(super) fn applied(&self) -> Notified<'_> {
+        self.applied.notified()
     }
 
     /// The vids of the write being applied.
@@ -134,10 +145,11 @@ impl Records {
 
 /// The vids of the write being applied ([`Records::pin`]), forgotten once
 /// it is done, however it ends.
-pub(super) struct Pinned<'m>(&'m RefCell<BTreeSet<u64>>);
+pub(super) struct Pinned<'m>(&'m Records);
 
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
-        self.0.borrow_mut().clear();
+        self.0.writing.borrow_mut().clear();
+        self.0.applied.notify_waiters();
     }
 }
