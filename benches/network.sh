@@ -27,7 +27,7 @@
 #   --vectors N         vectors of each configuration (256)
 #   --slaves N          slaves (4)
 #   --replicas R        copies of every vector (1)
-#   --group N           the cluster file's group: a power of two or all (64)
+#   --group N           the cluster file's group: a power of two or all (all)
 #   --piece BITS        the cluster file's piece (its default, 2^20)
 #   --terms N           terms ANDed by each query (3)
 #   --vids-per-term N   vids ORed by each term (64)
@@ -65,7 +65,7 @@ cd "$(dirname "$0")/.."
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 fail() { echo "error: $*" >&2; exit 1; }
 
-rate=1gbit burst=256 latency=20 vectors=256 slaves=4 replicas=1 group=64
+rate=1gbit burst=256 latency=20 vectors=256 slaves=4 replicas=1 group=all
 terms=3 vids=64 form=count concurrency=2 seconds=20 rounds=3 warmup=20
 policy="" plan="" bin="" one_bits="" one_density="" piece=""
 configs=()

@@ -416,7 +416,7 @@ pub struct BenchArgs {
     pub plan: PlanChoice,
     /// Consecutive vids the local cluster places together: a power of two,
     /// or `all` to place a piece of every vector on the same slaves.
-    #[arg(long, value_name = "N", value_parser = parse_group, default_value = "64", conflicts_with = "master")]
+    #[arg(long, value_name = "N", value_parser = bitfold_server::cluster::parse_group, default_value = "all", conflicts_with = "master")]
     pub group: u64,
     /// Bits per column piece in the local cluster (a power of two from 2^16
     /// to 2^32; 2^32 never cuts a vector); `2^20` is accepted.
@@ -482,17 +482,6 @@ Examples:
 /// names, each listed in `--help` with what it does, from the enum's own
 /// table (`NAMES`), so that the library and the command line read the same
 /// names.
-/// A `--group`: a power of two, or `all`.
-fn parse_group(text: &str) -> Result<u64, String> {
-    if text == "all" {
-        return Ok(bitfold_server::placement::GROUP_ALL);
-    }
-    match text.parse::<u64>() {
-        Ok(group) if group.is_power_of_two() => Ok(group),
-        _ => Err(format!("{text:?} is neither a power of two nor all")),
-    }
-}
-
 /// A `--piece`: a power of two from 2^16 to 2^32, as a number or `2^K`.
 fn parse_piece(text: &str) -> Result<u64, String> {
     let bits = match text.strip_prefix("2^") {

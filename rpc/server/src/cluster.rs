@@ -4,7 +4,7 @@
 //!
 //! ```toml
 //! replicas = 2                 # copies of every vector; default 1
-//! group = 16                   # consecutive vids placed together; default 64
+//! group = 16                   # consecutive vids placed together, or "all" (the default)
 //! piece = 1048576              # bits per column piece; default 2^20
 //! [[slaves]]
 //! name = "s0"
@@ -46,8 +46,28 @@ pub struct ClusterConfig {
     pub slaves: Vec<SlaveEntry>,
 }
 
-/// The default `group`: see `docs/protocol.md` §4 for how it was chosen.
-pub const DEFAULT_GROUP: u64 = 64;
+/// The default `group`, `"all"`: see `docs/protocol.md` §4 for how it was chosen.
+pub const DEFAULT_GROUP: u64 = GROUP_ALL;
+
+/// Reads a `group` as a command line writes it: a power of two, or `all`.
+pub fn parse_group(text: &str) -> Result<u64, String> {
+    if text == "all" {
+        return Ok(GROUP_ALL);
+    }
+    match text.parse::<u64>() {
+        Ok(group) if group.is_power_of_two() => Ok(group),
+        _ => Err(format!("{text:?} is neither a power of two nor all")),
+    }
+}
+
+/// A `group` as a person writes it: the number, or `all`.
+pub fn group_name(group: u64) -> String {
+    if group == GROUP_ALL {
+        "all".to_owned()
+    } else {
+        group.to_string()
+    }
+}
 
 fn one() -> usize {
     1

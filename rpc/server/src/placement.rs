@@ -137,20 +137,22 @@ impl Placement {
         self.reader_among(&self.owners(vid), vid, up)
     }
 
-    /// The vids around `vid` that share its owners and its replica class:
-    /// the intersection of its group and its [`READ_BLOCK`]. Every vid of it
-    /// has the same [`Placement::reader`] whenever the same owners are up.
+    /// The keys around `key` that share its owners and its replica class:
+    /// the intersection of its group and its [`READ_BLOCK`] (with
+    /// [`GROUP_ALL`], its whole piece). Every key of it has the same
+    /// [`Placement::reader`] whenever the same owners are up.
     pub fn read_run(&self, key: u64) -> std::ops::RangeInclusive<u64> {
         let (vid, piece) = self.pieces.split(key);
-        let (group, group_last) = if self.group == GROUP_ALL {
-            (0, self.pieces.max_vid())
-        } else {
-            let group = vid - vid % self.group;
-            (group, group.saturating_add(self.group - 1))
-        };
+        if self.group == GROUP_ALL {
+            // One group, and one replica class for the whole piece.
+            return self.pieces.key(0, piece)..=self.pieces.key(self.pieces.max_vid(), piece);
+        }
+        let group = vid - vid % self.group;
         let block = vid - vid % READ_BLOCK;
         let first = group.max(block);
-        let last = group_last.min(block + (READ_BLOCK - 1));
+        let last = group
+            .saturating_add(self.group - 1)
+            .min(block + (READ_BLOCK - 1));
         self.pieces.key(first, piece)..=self.pieces.key(last, piece)
     }
 
@@ -374,6 +376,7 @@ mod tests {
 
     #[test]
     fn with_group_all_a_piece_of_every_vector_has_one_reader() {
+        use crate::pieces::MAX_CUT_VID;
         let pieces = Pieces::new(1 << 20).unwrap();
         let placement = Placement {
             slaves: 4,
@@ -384,7 +387,7 @@ mod tests {
         let mut readers = std::collections::BTreeSet::new();
         for piece in 0..16 {
             let first = placement.reader(pieces.key(0, piece), |_| true);
-            for vid in [1, 255, 256, 70_000, crate::pieces::MAX_CUT_VID] {
+            for vid in [1, 255, 256, 70_000, MAX_CUT_VID] {
                 let key = pieces.key(vid, piece);
                 assert_eq!(
                     placement.owners(key),
@@ -397,7 +400,7 @@ mod tests {
                 );
             }
             let run = placement.read_run(pieces.key(300, piece));
-            assert_eq!(run, pieces.key(256, piece)..=pieces.key(511, piece));
+            assert_eq!(run, pieces.key(0, piece)..=pieces.key(MAX_CUT_VID, piece));
             readers.insert(first.unwrap());
         }
         assert_eq!(readers.len(), 4, "the pieces are read from every slave");

@@ -736,17 +736,18 @@ fn a_slave_that_lost_its_vectors_is_never_read_as_empty() {
 
 #[test]
 fn random_queries_match_the_oracle() {
-    // Both plans, each with vids placed one by one, in groups of 16 and by
-    // default, vectors cut into the default pieces (the vectors span five);
-    // and cut into pieces of one container, in groups of 16 or all vids together.
-    use bitfold_server::cluster::DEFAULT_GROUP;
+    // Both plans, each with vids placed one by one, in groups of 16 and 64
+    // and all together (the default), vectors cut into the default pieces
+    // (the vectors span five); and cut into pieces of one container, in
+    // groups of 16 or all vids together.
     use bitfold_server::pieces::DEFAULT_PIECE;
     use bitfold_server::placement::GROUP_ALL;
     for plan in [PlanChoice::Chain, PlanChoice::FanOut] {
         for (group, piece) in [
             (1, DEFAULT_PIECE),
             (16, DEFAULT_PIECE),
-            (DEFAULT_GROUP, DEFAULT_PIECE),
+            (64, DEFAULT_PIECE),
+            (GROUP_ALL, DEFAULT_PIECE),
             (16, 1 << 16),
             (GROUP_ALL, 1 << 16),
         ] {

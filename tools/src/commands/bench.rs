@@ -121,11 +121,7 @@ impl Prepared {
                     "a local cluster of {} slaves ({policy} coordinators, {plan} plan, group {}, \
                      piece {}{})",
                     args.slaves,
-                    if args.group == bitfold_server::placement::GROUP_ALL {
-                        "all".to_owned()
-                    } else {
-                        args.group.to_string()
-                    },
+                    bitfold_server::cluster::group_name(args.group),
                     args.piece,
                     if args.tls {
                         ", mutual TLS"

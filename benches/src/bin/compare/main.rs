@@ -46,8 +46,9 @@ pub struct Args {
     /// How bitfold's coordinators gather each term's vector: auto, chain or fan-out.
     #[arg(long, default_value = "auto")]
     pub plan: PlanChoice,
-    /// Consecutive vids bitfold places together (a power of two).
-    #[arg(long, default_value_t = bitfold_server::cluster::DEFAULT_GROUP)]
+    /// Consecutive vids bitfold places together: a power of two, or `all`
+    /// (a column piece of every vector together).
+    #[arg(long, value_parser = bitfold_server::cluster::parse_group, default_value = "all")]
     pub group: u64,
     /// Vectors in the data set.
     #[arg(long, default_value_t = 2000)]

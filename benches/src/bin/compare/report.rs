@@ -152,7 +152,10 @@ pub fn print_outcome(args: &Args, redis_version: &str, outcome: &Outcome) {
             System::Redis => format!("Redis {redis_version} (BITOP by 16, pipelined)"),
             System::Bitfold => format!(
                 "bitfold ({} slaves, {}, {} plan, group {}, count)",
-                args.slaves, args.policy, args.plan, args.group
+                args.slaves,
+                args.policy,
+                args.plan,
+                bitfold_server::cluster::group_name(args.group)
             ),
             System::Roaring => "roaring-rs 0.12 (in-process)".to_owned(),
             System::Roof => "memory roof (each query's vectors read, all cores)".to_owned(),

@@ -73,9 +73,6 @@ impl<'s> Systems<'s> {
         let (policy, plan) = (args.policy, args.plan);
         let mut cluster = loopback(args.slaves, 1);
         cluster.group = args.group;
-        if !args.group.is_power_of_two() {
-            bail!("--group {} is not a power of two", args.group);
-        }
         let bitfold = LocalCluster::start(dir.path(), cluster, "127.0.0.1:0", |o| {
             o.policy = policy;
             o.plan = plan;

@@ -16,7 +16,7 @@
 
 use bitfold_engine::store::Directory;
 
-use crate::cluster::ClusterConfig;
+use crate::cluster::{ClusterConfig, group_name};
 use crate::pieces::WHOLE;
 use crate::placement::GROUP_ALL;
 
@@ -89,12 +89,9 @@ fn check_group(group: u64, placed: u64) -> Result<(), String> {
     if group == placed {
         return Ok(());
     }
-    let written = |group: u64| {
-        if group == GROUP_ALL {
-            "\"all\"".to_owned()
-        } else {
-            group.to_string()
-        }
+    let written = |group: u64| match group {
+        GROUP_ALL => "\"all\"".to_owned(),
+        group => group_name(group),
     };
     let (group, placed) = (written(group), written(placed));
     Err(format!(
