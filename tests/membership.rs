@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use bitfold_client::{Answer, Client, Error, ErrorKind, Format};
 
-use crate::util::{Cluster, Oracle, assert_answer, stderr, wait_until_all_up};
+use crate::util::{
+    Cluster, LAYOUTS, Oracle, assert_answer, placement_of, stderr, stored_keys, wait_until_all_up,
+};
 
 fn load(cluster: &Cluster, seed: u64) -> Oracle {
     Oracle::load(cluster, seed, 48, 200, 100_000)
@@ -125,17 +127,19 @@ fn with_one_replica_a_wiped_slave_s_vectors_are_unavailable_never_empty() {
     );
 }
 
-/// Vectors each slave should hold under `slaves` slaves with `replicas` copies.
+/// Vectors (pieces) each slave should hold under `slaves` slaves with
+/// `replicas` copies, placed vid by vid.
 fn owned(oracle: &Oracle, slaves: usize, replicas: usize) -> Vec<u64> {
-    let placement = bitfold_server::placement::Placement {
-        slaves,
-        replicas,
-        group: 1,
-        pieces: Default::default(),
-    };
+    owned_under(LAYOUTS[0].1, oracle, slaves, replicas)
+}
+
+/// Vectors (pieces) each slave should hold under `slaves` slaves with
+/// `replicas` copies, placed by `layout`.
+fn owned_under(layout: &str, oracle: &Oracle, slaves: usize, replicas: usize) -> Vec<u64> {
+    let placement = placement_of(layout, slaves, replicas);
     let mut counts = vec![0; slaves];
-    for &vid in oracle.vectors.keys() {
-        for owner in placement.owners(vid) {
+    for key in stored_keys(oracle, &placement) {
+        for owner in placement.owners(key) {
             counts[owner] += 1;
         }
     }
@@ -234,8 +238,16 @@ fn trimmed(oracle: &Oracle) -> Oracle {
 
 #[test]
 fn a_fifth_slave_is_added_and_vectors_move_onto_it_online() {
-    let mut cluster = Cluster::start(4, 2);
-    let mut oracle = load(&cluster, 23);
+    for (name, layout) in LAYOUTS {
+        eprintln!("layout: {name}");
+        a_fifth_slave_is_added_under(layout);
+    }
+}
+
+fn a_fifth_slave_is_added_under(layout: &str) {
+    let mut cluster = Cluster::start_laid_out(4, 2, &[], layout);
+    // Bits up to 2^20: where the layout cuts vectors, 16 pieces each.
+    let mut oracle = Oracle::load(&cluster, 23, 48, 200, 1_000_000);
     let client = cluster.client();
     cluster.add_slave();
     cluster.write_cluster_file(5, 2);
@@ -259,12 +271,12 @@ fn a_fifth_slave_is_added_and_vectors_move_onto_it_online() {
         (report.moving, report.misplaced, report.under_replicated),
         (false, 0, 0)
     );
-    let held = owned(&oracle, 5, 2);
+    let held = owned_under(layout, &oracle, 5, 2);
     wait_until_placed(&client, &held);
     assert_each_slave_can_fail(&mut cluster, &trimmed(&oracle), &held);
     // Restarted, the master places by the new layout.
     cluster.restart_master();
-    wait_until_placed(&cluster.client(), &owned(&oracle, 5, 2));
+    wait_until_placed(&cluster.client(), &owned_under(layout, &oracle, 5, 2));
     assert_all(&cluster.client(), &trimmed(&oracle));
 }
 

@@ -9,9 +9,10 @@ use std::thread;
 
 use bitfold_client::{Answer, Client, Error, ErrorKind, Format};
 
-use crate::util::{Cluster, Oracle, assert_answer, stderr, stdout, wait_until_all_up};
+use crate::util::{Cluster, LAYOUTS, Oracle, assert_answer, stderr, stdout, wait_until_all_up};
 
-/// Vectors 0..40 with a few hundred random bits each, imported.
+/// Vectors 0..40 with a few hundred random bits each, below 200,000 (four
+/// pieces where a layout cuts vectors into pieces of 2^16), imported.
 fn loaded(cluster: &Cluster, seed: u64) -> Oracle {
     Oracle::load(cluster, seed, 40, 300, 200_000)
 }
@@ -103,7 +104,14 @@ fn assert_every_replica_matches(cluster: &mut Cluster, oracle: &Oracle) {
 
 #[test]
 fn clears_and_deletes_answer_exactly_on_every_replica() {
-    let mut cluster = Cluster::start(4, 2);
+    for (name, layout) in LAYOUTS {
+        eprintln!("layout: {name}");
+        clears_and_deletes_under(layout);
+    }
+}
+
+fn clears_and_deletes_under(layout: &str) {
+    let mut cluster = Cluster::start_laid_out(4, 2, &[], layout);
     let mut oracle = loaded(&cluster, 11);
     let client = cluster.client();
 
@@ -217,7 +225,14 @@ fn a_master_killed_during_an_update_leaves_it_whole_or_not_at_all() {
 
 #[test]
 fn queries_during_updates_see_each_vector_before_or_after() {
-    let cluster = Cluster::start(3, 2);
+    for (name, layout) in LAYOUTS {
+        eprintln!("layout: {name}");
+        queries_during_updates_under(layout);
+    }
+}
+
+fn queries_during_updates_under(layout: &str) {
+    let cluster = Cluster::start_laid_out(3, 2, &[], layout);
     let mut oracle = loaded(&cluster, 14);
     let before = oracle.clone();
     let addr = cluster.master_addr();

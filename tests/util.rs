@@ -57,6 +57,52 @@ pub async fn connect_capnp<C: capnp::capability::FromClientHook>(addr: &str) -> 
 }
 
 /// A span of vids as a query writes it: `7` or `10-19`.
+/// The layouts the exactness tests of updates and membership run under
+/// (the cluster file's lines that place vectors), with a name for
+/// messages: vectors of at most 2^20 bits whole and placed vid by vid (the
+/// tests' own), cut into pieces of 65,536 bits placed vid by vid, and so
+/// cut with piece `p` of every vector together (`group = "all"`).
+pub const LAYOUTS: [(&str, &str); 3] = [
+    ("whole, group 1", "group = 1\n"),
+    ("pieces of 2^16, group 1", "group = 1\npiece = 65536\n"),
+    (
+        "pieces of 2^16, group all",
+        "group = \"all\"\npiece = 65536\n",
+    ),
+];
+
+/// How a cluster file with `layout`'s lines places vectors on `slaves`
+/// slaves with `replicas` copies.
+pub fn placement_of(
+    layout: &str,
+    slaves: usize,
+    replicas: usize,
+) -> bitfold_server::placement::Placement {
+    let mut text = format!("replicas = {replicas}\n{layout}");
+    for i in 0..slaves {
+        text.push_str(&format!("[[slaves]]\nname = \"s{i}\"\naddr = \"h:{i}\"\n"));
+    }
+    bitfold_server::cluster::ClusterFile::parse(&text, Path::new("layout.toml"))
+        .expect("a valid layout")
+        .cluster
+        .placement()
+}
+
+/// The keys (docs/protocol.md §4: the pieces) `oracle`'s vectors are
+/// stored under with `placement`.
+pub fn stored_keys(oracle: &Oracle, placement: &bitfold_server::placement::Placement) -> Vec<u64> {
+    let pieces = placement.pieces;
+    let mut keys = Vec::new();
+    for (&vid, bits) in &oracle.vectors {
+        let cut: BTreeSet<u32> = bits
+            .iter()
+            .map(|&bit| pieces.of_container((bit >> 16) as u16))
+            .collect();
+        keys.extend(cut.into_iter().map(|piece| pieces.key(vid, piece)));
+    }
+    keys
+}
+
 pub fn span_text((first, last): (u64, u64)) -> String {
     if first == last {
         first.to_string()
