@@ -132,9 +132,11 @@ impl Placement {
     /// vid of one [`READ_BLOCK`]-aligned block is read from owners of one
     /// replica class (index modulo `replicas`), the class turning from
     /// block to block so that every slave gets its share of the reads; a
-    /// down owner is replaced by the next live one.
+    /// down owner is replaced by the next live one. (With [`GROUP_ALL`],
+    /// the class is the piece's, turned by the query: see
+    /// [`Placement::reader_among`]; this is turn 0.)
     pub fn reader(&self, vid: u64, up: impl Fn(usize) -> bool) -> Option<usize> {
-        self.reader_among(&self.owners(vid), vid, up)
+        self.reader_among(&self.owners(vid), vid, 0, up)
     }
 
     /// The keys around `key` that share its owners and its replica class:
@@ -156,35 +158,39 @@ impl Placement {
         self.pieces.key(first, piece)..=self.pieces.key(last, piece)
     }
 
-    /// The owner [`Placement::reader_among`] picks for `vid` whenever it is
-    /// up: the first of `owners` in `vid`'s replica class.
-    pub fn preferred(&self, owners: &[usize], vid: u64) -> Option<usize> {
-        let class = self.read_class(vid);
+    /// The owner [`Placement::reader_among`] picks for `vid` in the
+    /// query's `turn` whenever it is up: the first of `owners` in `vid`'s
+    /// replica class.
+    pub fn preferred(&self, owners: &[usize], vid: u64, turn: u64) -> Option<usize> {
+        let class = self.read_class(vid, turn);
         owners.iter().copied().find(|&o| o % self.replicas == class)
     }
 
     /// The replica class (owner index modulo `replicas`) `key` is read
-    /// from while its owners of that class are up: by read block, or with
-    /// [`GROUP_ALL`] by piece, so that every vid of a piece is read on one
-    /// machine and the pieces spread over the replicas.
-    fn read_class(&self, key: u64) -> usize {
-        let turn = if self.group == GROUP_ALL {
-            u64::from(self.pieces.split(key).1)
+    /// from while its owners of that class are up: by read block; or with
+    /// [`GROUP_ALL`] by piece plus the query's `turn`, so that every vid of
+    /// a piece is read on one machine, the pieces spread over the replicas
+    /// and a piece's reads turn from replica to replica from query to query.
+    fn read_class(&self, key: u64, turn: u64) -> usize {
+        let class = if self.group == GROUP_ALL {
+            u64::from(self.pieces.split(key).1).wrapping_add(turn)
         } else {
             key / READ_BLOCK
         };
-        (turn % self.replicas as u64) as usize
+        (class % self.replicas as u64) as usize
     }
 
-    /// [`Placement::reader`] of `vid`, given its `owners` (the
-    /// [`Placement::owners`] of any vid of its group).
+    /// The owner a query in its `turn` reads `vid` from, given its `owners`
+    /// (the [`Placement::owners`] of any vid of its group), among those `up`
+    /// says are live ([`Placement::reader`]).
     pub fn reader_among(
         &self,
         owners: &[usize],
         vid: u64,
+        turn: u64,
         up: impl Fn(usize) -> bool,
     ) -> Option<usize> {
-        let class = self.read_class(vid);
+        let class = self.read_class(vid, turn);
         owners
             .iter()
             .copied()
@@ -323,10 +329,10 @@ mod tests {
                 );
                 assert_eq!(run.start() % width, 0);
                 let owners = placement.owners(vid);
-                let preferred = placement.preferred(&owners, vid);
+                let preferred = placement.preferred(&owners, vid, 0);
                 for other in [*run.start(), *run.end()] {
                     assert_eq!(placement.owners(other), owners);
-                    assert_eq!(placement.preferred(&owners, other), preferred);
+                    assert_eq!(placement.preferred(&owners, other, 0), preferred);
                 }
                 // With 3 replicas on 5 slaves a group may have no owner of
                 // its vid's class: then the first owner reads it.
@@ -402,6 +408,10 @@ mod tests {
             let run = placement.read_run(pieces.key(300, piece));
             assert_eq!(run, pieces.key(0, piece)..=pieces.key(MAX_CUT_VID, piece));
             readers.insert(first.unwrap());
+            // The next query's turn reads the piece from its other replica.
+            let owners = placement.owners(pieces.key(0, piece));
+            let next = placement.reader_among(&owners, pieces.key(9, piece), 1, |_| true);
+            assert!(next.is_some() && next != first, "piece {piece}: {owners:?}");
         }
         assert_eq!(readers.len(), 4, "the pieces are read from every slave");
     }

@@ -271,9 +271,11 @@ impl Master {
     ) -> Result<Attempt, Failure> {
         let layout = self.layout();
         let slaves = layout.slaves().len();
+        let turn = self.turn.take();
         let plan = {
             let shape = PlanShape {
                 placement: layout.current.placement(),
+                turn: turn as u64,
                 most: self.options.max_query_vectors,
             };
             plan::plan(terms, &self.records.catalog(), shape, self.serving())
@@ -296,7 +298,6 @@ impl Master {
             }
             Plan::Chains(chains) => chains,
         };
-        let turn = self.turn.take();
         let live = self.slaves.live();
         let Some(coordinator) = plan::coordinator(self.options.policy, &chains, &live, turn) else {
             return Err(self.unavailable("no slave is up".into(), &(0..slaves).collect::<Vec<_>>()));

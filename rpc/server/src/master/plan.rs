@@ -187,6 +187,9 @@ pub(crate) enum Plan {
 pub(crate) struct PlanShape {
     /// How vids are placed.
     pub(crate) placement: Placement,
+    /// The query's turn, which turns the replica a piece is read from
+    /// with `group = "all"` ([`Placement::reader_among`]).
+    pub(crate) turn: u64,
     /// The most existing vectors a query's terms may hold in all (the
     /// chains must fit one message).
     pub(crate) most: usize,
@@ -261,7 +264,7 @@ pub(crate) fn plan(
                         return Plan::TooMany { most: shape.most };
                     }
                     let owners = placement.owners(first);
-                    let preferred = placement.preferred(&owners, first);
+                    let preferred = placement.preferred(&owners, first, shape.turn);
                     let start = first - first % block;
                     let covered = span.first <= start && span.last >= start + (block - 1);
                     let read = if covered {
@@ -286,7 +289,9 @@ pub(crate) fn plan(
                         // No one owner may serve it all: vid by vid.
                         for vid in stretch.vids() {
                             let one = VidRun::one(vid);
-                            match placement.reader_among(&owners, vid, |i| usable(i, one)) {
+                            match placement
+                                .reader_among(&owners, vid, shape.turn, |i| usable(i, one))
+                            {
                                 Some(owner) => term.push(Stretch::On(owner as u32, one)),
                                 None => {
                                     orphans += 1;
@@ -531,6 +536,7 @@ mod tests {
     /// for any term of these tests.
     fn grouped(slaves: usize, replicas: usize, group: u64) -> PlanShape {
         PlanShape {
+            turn: 0,
             placement: Placement {
                 slaves,
                 replicas,
@@ -562,6 +568,30 @@ mod tests {
                 assert_eq!(machine as usize, crate::placement::primary(vid, 4));
             }
         }
+    }
+
+    #[test]
+    fn with_group_all_a_query_reads_on_one_machine_and_turns_between_replicas() {
+        let catalog = catalog(&(0..3000).collect::<Vec<u64>>());
+        let terms = [term(0, 2999), term(100, 163), term(1000, 1700)];
+        let mut by_turn = Vec::new();
+        for turn in 0..2 {
+            let shape = PlanShape {
+                turn,
+                ..grouped(4, 2, crate::placement::GROUP_ALL)
+            };
+            let Plan::Chains(chains) = plan(&terms, &catalog, shape, |_, _| true) else {
+                panic!("a plan with chains")
+            };
+            let (machines, read) = asked(&chains);
+            assert_eq!(machines.len(), 1, "turn {turn}: one machine ANDs it all");
+            assert_eq!(read.len(), 3000 + 64 + 701);
+            by_turn.push(machines[0]);
+        }
+        assert_ne!(
+            by_turn[0], by_turn[1],
+            "the next query reads the other replica"
+        );
     }
 
     #[test]
