@@ -188,16 +188,16 @@ fn describe(answer: &Answer) -> String {
     }
 }
 
-fn a_slave_killed_before_and_during_a_stream_changes_no_answer(plan: &str) {
+fn a_slave_killed_before_and_during_a_stream_changes_no_answer(plan: &str, layout: &str) {
     let workload = Workload::new(11);
     {
-        let mut cluster = Cluster::start_with(4, 2, &with_plan(QUICK, plan));
+        let mut cluster = Cluster::start_laid_out(4, 2, &with_plan(QUICK, plan), layout);
         workload.import(&cluster);
         cluster.kill_slave(0);
         let tally = workload.stream(&cluster.master_addr(), 1, 2, || {});
         tally.assert_all_exact("replicas 2, s0 killed before");
     }
-    let mut cluster = Cluster::start_with(4, 2, &with_plan(QUICK, plan));
+    let mut cluster = Cluster::start_laid_out(4, 2, &with_plan(QUICK, plan), layout);
     workload.import(&cluster);
     let addr = cluster.master_addr();
     let tally = workload.stream(&addr, 2, 6, || {
@@ -219,8 +219,8 @@ fn a_slave_killed_before_and_during_a_stream_changes_no_answer(plan: &str) {
     );
 }
 
-fn a_hung_slave_is_given_up_on_in_time_and_used_again_after(plan: &str) {
-    let mut cluster = Cluster::start_with(4, 2, &with_plan(QUICK, plan));
+fn a_hung_slave_is_given_up_on_in_time_and_used_again_after(plan: &str, layout: &str) {
+    let mut cluster = Cluster::start_laid_out(4, 2, &with_plan(QUICK, plan), layout);
     let workload = Workload::new(12);
     workload.import(&cluster);
     let hung = 1;
@@ -407,8 +407,8 @@ fn with_one_copy_a_hung_slave_fails_its_queries_naming_the_timeout_to_raise(plan
         .assert_all_exact("replicas 1, s2 continued");
 }
 
-fn a_restarted_master_knows_every_vector_even_with_a_slave_down(plan: &str) {
-    let mut cluster = Cluster::start_with(4, 2, &with_plan(QUICK, plan));
+fn a_restarted_master_knows_every_vector_even_with_a_slave_down(plan: &str, layout: &str) {
+    let mut cluster = Cluster::start_laid_out(4, 2, &with_plan(QUICK, plan), layout);
     let workload = Workload::new(15);
     workload.import(&cluster);
     cluster.restart_master();
@@ -422,8 +422,8 @@ fn a_restarted_master_knows_every_vector_even_with_a_slave_down(plan: &str) {
         .assert_all_exact("master restarted, s0 down");
 }
 
-fn acknowledged_imports_survive_sigkill_and_corrupt_files_are_refused(plan: &str) {
-    let mut cluster = Cluster::start_with(4, 2, &with_plan(QUICK, plan));
+fn acknowledged_imports_survive_sigkill_and_corrupt_files_are_refused(plan: &str, layout: &str) {
+    let mut cluster = Cluster::start_laid_out(4, 2, &with_plan(QUICK, plan), layout);
     let workload = Workload::new(16);
     workload.import(&cluster);
     for slave in 0..4 {
@@ -472,31 +472,58 @@ fn biggest_file(dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 /// Runs each scenario once per plan: the design document's chains, and the
-/// fan-out the master picks by default.
+/// fan-out the master picks by default, placed vid by vid with vectors
+/// whole; and those that hold under any placement (`any`) twice more, with
+/// the default plan, their vectors cut into 16 pieces of 2^16 bits placed
+/// vid by vid and with piece `p` of every vector together (util::LAYOUTS).
 macro_rules! under_every_plan {
-    ($($scenario:ident),* $(,)?) => {
+    (whole: [$($whole:ident),* $(,)?], any: [$($any:ident),* $(,)?] $(,)?) => {
         mod chain {
             $(#[test]
-            fn $scenario() {
-                super::$scenario("chain")
+            fn $whole() {
+                super::$whole("chain")
+            })*
+            $(#[test]
+            fn $any() {
+                super::$any("chain", crate::util::LAYOUTS[0].1)
             })*
         }
         mod fan_out {
             $(#[test]
-            fn $scenario() {
-                super::$scenario("fan-out")
+            fn $whole() {
+                super::$whole("fan-out")
+            })*
+            $(#[test]
+            fn $any() {
+                super::$any("fan-out", crate::util::LAYOUTS[0].1)
+            })*
+        }
+        mod pieces_by_vid {
+            $(#[test]
+            fn $any() {
+                super::$any("fan-out", crate::util::LAYOUTS[1].1)
+            })*
+        }
+        mod pieces_together {
+            $(#[test]
+            fn $any() {
+                super::$any("fan-out", crate::util::LAYOUTS[2].1)
             })*
         }
     };
 }
 
 under_every_plan!(
-    a_slave_killed_before_and_during_a_stream_changes_no_answer,
-    a_hung_slave_is_given_up_on_in_time_and_used_again_after,
-    with_default_settings_a_hung_slave_costs_less_than_30_seconds,
-    a_coordinator_killed_mid_query_does_not_change_the_answer,
-    with_one_copy_a_dead_slave_makes_its_vectors_unavailable_until_it_returns,
-    with_one_copy_a_hung_slave_fails_its_queries_naming_the_timeout_to_raise,
-    a_restarted_master_knows_every_vector_even_with_a_slave_down,
-    acknowledged_imports_survive_sigkill_and_corrupt_files_are_refused,
+    whole: [
+        with_default_settings_a_hung_slave_costs_less_than_30_seconds,
+        a_coordinator_killed_mid_query_does_not_change_the_answer,
+        with_one_copy_a_dead_slave_makes_its_vectors_unavailable_until_it_returns,
+        with_one_copy_a_hung_slave_fails_its_queries_naming_the_timeout_to_raise,
+    ],
+    any: [
+        a_slave_killed_before_and_during_a_stream_changes_no_answer,
+        a_hung_slave_is_given_up_on_in_time_and_used_again_after,
+        a_restarted_master_knows_every_vector_even_with_a_slave_down,
+        acknowledged_imports_survive_sigkill_and_corrupt_files_are_refused,
+    ],
 );
