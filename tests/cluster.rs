@@ -8,7 +8,8 @@ use bitfold_client::{Error, ErrorKind, Format};
 
 use crate::util::{Cluster, Oracle, Rng, assert_answer, stderr, stdout};
 
-const TOP: u64 = u64::MAX;
+/// The largest vid a cluster that cuts vectors (the default) stores.
+const TOP: u64 = bitfold_server::pieces::MAX_CUT_VID;
 
 /// Random vectors of mixed density at awkward vids and bits.
 fn data(seed: u64) -> (Oracle, Oracle) {

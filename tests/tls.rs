@@ -57,12 +57,12 @@ fn a_tls_cluster_answers_tls_clients_exactly_across_slaves() {
     let (_up, master) = tls_cluster(&dir.path().join("cluster"));
     let client_tls = dir.path().join("cluster/tls/client");
 
-    // Vids far apart land in different placement groups, so on different
-    // slaves: a range query over them runs chains from slave to slave.
+    // Vectors of 2^23 bits are cut into 8 pieces, each placed on its own,
+    // so on different slaves: a range query over them runs on several.
     let mut rng = Rng(11);
     let mut oracle = Oracle::default();
     for vid in (0..2000).step_by(97) {
-        oracle.add(vid, (0..300).map(|_| rng.below(1 << 18) as u32));
+        oracle.add(vid, (0..300).map(|_| rng.below(1 << 23) as u32));
     }
     import_over_tls(&master, &client_tls, &oracle, dir.path());
 
