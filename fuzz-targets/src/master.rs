@@ -19,7 +19,7 @@ const NAMES: [&str; 8] = [
 ];
 
 /// The cluster file a master is started with when the input has none.
-const CLUSTER: &str = "replicas = 2\ngroup = 16\n\
+const CLUSTER: &str = "replicas = 2\ngroup = 16\npiece = 4294967296\n\
     [[slaves]]\nname = \"s0\"\naddr = \"127.0.0.1:7101\"\n\
     [[slaves]]\nname = \"s1\"\naddr = \"127.0.0.1:7102\"\n\
     [[slaves]]\nname = \"s2\"\naddr = \"127.0.0.1:7103\"\n";
@@ -138,7 +138,8 @@ mod tests {
         }
         vec![
             (NAMES[0], CLUSTER.into()),
-            (NAMES[1], CLUSTER.into()),
+            // A placement record from before pieces: whole vectors.
+            (NAMES[1], CLUSTER.replace("piece = 4294967296\n", "").into()),
             (NAMES[2], MOVE.into()),
             (NAMES[3], update(1, 40, 2, &[1])),
             (NAMES[4], update(2, 3, 9, &[0, 3])),
