@@ -482,22 +482,6 @@ Examples:
 /// names, each listed in `--help` with what it does, from the enum's own
 /// table (`NAMES`), so that the library and the command line read the same
 /// names.
-/// A `--piece`: a power of two from 2^16 to 2^32, as a number or `2^K`.
-fn parse_piece(text: &str) -> Result<u64, String> {
-    let bits = match text.strip_prefix("2^") {
-        Some(power) => power
-            .parse::<u32>()
-            .ok()
-            .and_then(|k| 1u64.checked_shl(k))
-            .ok_or_else(|| format!("{text:?} is not 2^K for K up to 32"))?,
-        None => text
-            .parse::<u64>()
-            .map_err(|_| format!("{text:?} is not a number of bits"))?,
-    };
-    bitfold_server::pieces::Pieces::new(bits)?;
-    Ok(bits)
-}
-
 fn named<T>(names: &'static [Named<T>]) -> impl TypedValueParser<Value = T>
 where
     T: Copy + Send + Sync + 'static,
@@ -513,8 +497,26 @@ where
 
 /// Parses a bit count: `1048576` or `2^20`.
 pub fn parse_bits(text: &str) -> Result<u64, String> {
+    let bits = number_of_bits(text)?;
+    if bits == 0 || bits > 1 << 32 {
+        return Err(format!(
+            "{bits} bits per vector: it must be between 1 and 2^32 (bit positions are 32-bit)"
+        ));
+    }
+    Ok(bits)
+}
+
+/// A `--piece`: a power of two from 2^16 to 2^32, as [`number_of_bits`] reads it.
+fn parse_piece(text: &str) -> Result<u64, String> {
+    let bits = number_of_bits(text)?;
+    bitfold_server::pieces::Pieces::new(bits)?;
+    Ok(bits)
+}
+
+/// A number of bits written like 1048576 or 2^20.
+fn number_of_bits(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    let bits = match text.split_once('^') {
+    match text.split_once('^') {
         Some(("2", exponent)) => exponent
             .parse::<u32>()
             .ok()
@@ -522,13 +524,7 @@ pub fn parse_bits(text: &str) -> Result<u64, String> {
         Some(_) => None,
         None => text.parse().ok(),
     }
-    .ok_or_else(|| format!("`{text}` is not a number of bits: write it like 1048576 or 2^20"))?;
-    if bits == 0 || bits > 1 << 32 {
-        return Err(format!(
-            "{bits} bits per vector: it must be between 1 and 2^32 (bit positions are 32-bit)"
-        ));
-    }
-    Ok(bits)
+    .ok_or_else(|| format!("`{text}` is not a number of bits: write it like 1048576 or 2^20"))
 }
 
 /// Parses a density: `0.5` or `50%`, strictly between 0 and 1 (1 allowed).
