@@ -227,13 +227,13 @@ impl Master {
         trace: &Trace,
     ) -> Result<Vec<Found>, Failure> {
         let pieces = self.layout().current.pieces();
-        let keys: Vec<u64> = {
+        let keys: Vec<u64> = if vid > pieces.max_vid() {
+            Vec::new()
+        } else {
             let catalog = self.records.catalog();
-            let stored = vid <= pieces.max_vid();
             catalog
                 .pieces(pieces)
                 .into_iter()
-                .filter(|_| stored)
                 .map(|piece| pieces.key(vid, piece))
                 .filter(|&key| catalog.contains(key))
                 .collect()
