@@ -7,15 +7,16 @@ use std::collections::BTreeSet;
 
 use bitfold_engine::VectorPart;
 use bitfold_engine::vector::Within;
-use capnp::message::Builder;
+use capnp::message::{Builder, HeapAllocator};
 
 use super::reply::Failure;
 use super::update::Kind;
 use super::{Master, journal};
-use crate::bitfold_capnp::vid_vector;
+use crate::bitfold_capnp::{change, part, vid_vector};
 use crate::pieces::Pieces;
 use crate::wire::{self, WirePart};
 use bitfold_proto::ErrorKind;
+use capnp::struct_list;
 
 impl Master {
     /// Records the import of every non-empty vector, has all its owners
@@ -47,17 +48,7 @@ impl Master {
             .flat_map(|(_, parts)| parts)
             .map(VectorPart::byte_len)
             .sum();
-        let cut = cut(pieces, &views);
-        let mut message = Builder::new_default();
-        let mut list = journal::init_changes(&mut message, cut.len() as u32);
-        let mut keys = BTreeSet::new();
-        for (j, (key, narrowed)) in cut.iter().enumerate() {
-            let parts: Vec<VectorPart<'_>> = narrowed.iter().map(Within::part).collect();
-            let mut change = list.reborrow().get(j as u32);
-            change.set_vid(*key);
-            wire::write_parts(change.init_set(parts.len() as u32), &parts);
-            keys.insert(*key);
-        }
+        let (message, keys) = changes_of(&cut(pieces, &views), |change, len| change.init_set(len));
         self.apply(message, keys, Kind::Import).await?;
         Ok(bytes)
     }
@@ -137,6 +128,30 @@ pub(super) fn cut<'p>(
         }
     }
     cut
+}
+
+/// A change's list of parts to write: `init_set` (an import) or
+/// `init_clear`.
+type InitParts = for<'a> fn(change::Builder<'a>, u32) -> struct_list::Builder<'a, part::Owned>;
+
+/// The changes writing the pieces of `cut` (each list of parts made by
+/// `init`), as a new write's message ([`journal::init_changes`]), and
+/// their keys.
+pub(super) fn changes_of(
+    cut: &[(u64, Vec<Within<'_>>)],
+    init: InitParts,
+) -> (Builder<HeapAllocator>, BTreeSet<u64>) {
+    let mut message = Builder::new_default();
+    let mut list = journal::init_changes(&mut message, cut.len() as u32);
+    let mut keys = BTreeSet::new();
+    for (j, (key, narrowed)) in cut.iter().enumerate() {
+        let parts: Vec<VectorPart<'_>> = narrowed.iter().map(Within::part).collect();
+        let mut change = list.reborrow().get(j as u32);
+        change.set_vid(*key);
+        wire::write_parts(init(change, parts.len() as u32), &parts);
+        keys.insert(*key);
+    }
+    (message, keys)
 }
 
 /// Vector `vid` of a request, refused: `badQuery`, naming it.

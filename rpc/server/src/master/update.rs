@@ -13,13 +13,11 @@
 
 use std::collections::BTreeSet;
 
-use bitfold_engine::VectorPart;
-use bitfold_engine::vector::Within;
 use capnp::message::{Builder, HeapAllocator};
 
 use super::Master;
 use super::copy::read_changed;
-use super::import::{cut, holding_bits, read_vectors, within};
+use super::import::{changes_of, cut, holding_bits, read_vectors, within};
 use super::journal::{self, Pending};
 use super::probe::Writes;
 use super::reply::Failure;
@@ -49,16 +47,7 @@ impl Master {
         chosen.retain(|(vid, _)| *vid <= pieces.max_vid());
         let mut cut = cut(pieces, &chosen);
         cut.retain(|(key, _)| self.records.catalog().contains(*key));
-        let mut message = Builder::new_default();
-        let mut list = journal::init_changes(&mut message, cut.len() as u32);
-        let mut keys = BTreeSet::new();
-        for (j, (key, narrowed)) in cut.iter().enumerate() {
-            let parts: Vec<VectorPart<'_>> = narrowed.iter().map(Within::part).collect();
-            let mut change = list.reborrow().get(j as u32);
-            change.set_vid(*key);
-            wire::write_parts(change.init_clear(parts.len() as u32), &parts);
-            keys.insert(*key);
-        }
+        let (message, keys) = changes_of(&cut, |change, len| change.init_clear(len));
         self.apply(message, keys, Kind::Clear).await
     }
 
