@@ -283,6 +283,10 @@ impl Master {
         let mut chains = match plan {
             Plan::Empty => return Ok(Attempt::Found(Found::Empty)),
             Plan::NoOwner { vectors, down } => {
+                let restarted = self.restarted(&down);
+                if !restarted.is_empty() {
+                    return Ok(Attempt::Failed(restarted));
+                }
                 let failure =
                     self.unavailable(format!("no live owner for {vectors} vectors"), &down);
                 return Err(self.with_timeout_hint(failure));
@@ -385,6 +389,10 @@ impl Master {
     ) -> Result<Attempt, Failure> {
         let owner = owners.iter().copied().find(|&o| self.serves(o, key));
         let Some(owner) = owner else {
+            let restarted = self.restarted(owners);
+            if !restarted.is_empty() {
+                return Ok(Attempt::Failed(restarted));
+            }
             let what = self.named(key);
             let failure = self.unavailable(format!("no live owner holds {what}"), owners);
             return Err(self.with_timeout_hint(failure));
@@ -453,6 +461,30 @@ impl Master {
             let all = 0..self.layout().slaves().len();
             futures::future::join_all(all.map(|i| self.probe(i, Writes::Try))).await;
         }
+    }
+
+    /// The slaves of `down` that are down only because another call found
+    /// them restarted, not yet checked: an attempt needing them fails
+    /// naming them, and the next one runs once [`Master::check_restarted`]
+    /// has checked them, rather than the query failing on a slave about to
+    /// serve again. (The pieces of a query, and concurrent queries, each
+    /// meet such a slave on their own.)
+    fn restarted(&self, down: &[usize]) -> Vec<FailedMachine> {
+        let states = self.slaves.states();
+        let layout = self.layout();
+        down.iter()
+            .filter_map(|&i| {
+                let reason = states.get(i)?.reason.as_deref()?;
+                let entry = layout.slaves().get(i)?;
+                reason
+                    .contains(crate::slave::NEW_PROCESS)
+                    .then(|| FailedMachine {
+                        name: entry.name.clone(),
+                        addr: entry.addr.clone(),
+                        reason: reason.to_owned(),
+                    })
+            })
+            .collect()
     }
 
     /// Marks slave `index` down for `reason` and names it as failed.
