@@ -30,6 +30,68 @@ pub const CA_FILE: &str = "ca.pem";
 pub const CERT_FILE: &str = "cert.pem";
 /// The process's private key in a TLS folder.
 pub const KEY_FILE: &str = "key.pem";
+/// The CA's certificate revocation list in a TLS folder (and in the CA's).
+pub const CRL_FILE: &str = "crl.pem";
+
+/// How a certificate names its holder's role: a SAN URI `bitfold://role/ROLE`.
+pub const ROLE_URI: &str = "bitfold://role/";
+
+/// What a certificate's holder is, and so what it may call
+/// (docs/protocol.md §11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    /// The master: dials slaves, serves the DBMS interface.
+    Master,
+    /// A slave: serves the slave interface, dials other slaves.
+    Slave,
+    /// A client that may change the index (import, clear, delete,
+    /// rebalance) as well as read it.
+    Admin,
+    /// A client that may only read the index (query, placement, status).
+    Reader,
+}
+
+impl Role {
+    /// Every role, servers' first.
+    pub const ALL: [Role; 4] = [Role::Master, Role::Slave, Role::Admin, Role::Reader];
+
+    /// Its name: `master`, `slave`, `admin` or `reader`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Master => "master",
+            Role::Slave => "slave",
+            Role::Admin => "admin",
+            Role::Reader => "reader",
+        }
+    }
+
+    /// The role named `name`, if any.
+    pub fn named(name: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|role| role.name() == name)
+    }
+
+    /// The SAN URI a certificate of this role carries: `bitfold://role/NAME`.
+    pub fn uri(self) -> String {
+        format!("{ROLE_URI}{}", self.name())
+    }
+
+    /// The role a SAN URI names, if it is one of [`Role::uri`]'s.
+    pub fn of_uri(uri: &str) -> Option<Role> {
+        uri.strip_prefix(ROLE_URI).and_then(Role::named)
+    }
+
+    /// Whether its certificate serves (master, slave) as well as dials:
+    /// only those carry the server name and the serverAuth usage.
+    pub fn is_node(self) -> bool {
+        matches!(self, Role::Master | Role::Slave)
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// Why TLS files could not be read or used.
 #[derive(Debug, thiserror::Error)]
