@@ -29,7 +29,8 @@ const EXIT_CODES: &str = "\
 Exit codes: 0 success; 1 failure (I/O, corrupt data, internal error); \
 2 bad command line; 3 bad query; 4 vector not found; \
 5 unavailable (a needed slave, or the master, cannot be reached); \
-6 answer too large for the requested form (ask for a count).";
+6 answer too large for the requested form (ask for a count); \
+7 forbidden (the certificate's role does not allow the call).";
 
 /// The commands.
 #[derive(Debug, Subcommand)]

@@ -80,6 +80,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             ErrorKind::NotFound => 4,
             ErrorKind::Unavailable => 5,
             ErrorKind::TooLarge => 6,
+            ErrorKind::Forbidden => 7,
             ErrorKind::Internal => 1,
         },
         Some(client::Error::Connect { .. }) => 5,

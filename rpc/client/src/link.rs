@@ -12,7 +12,7 @@ use crate::bitfold_capnp::{
     Format as WireFormat, master, move_outcome, outcome, result, update_outcome, vid_vector,
 };
 use crate::net::{self, Connection};
-use crate::tls::Tls;
+use crate::tls::{Role, Tls};
 
 use super::{Answer, Error, Format, MoveProgress, PlacementReport, SlaveStatus};
 
@@ -107,7 +107,12 @@ impl Link {
         }
         let connect = tokio::time::timeout(
             Duration::from_secs(10),
-            net::connect(&self.addr, net::Sent::default(), self.tls.as_ref()),
+            net::connect(
+                &self.addr,
+                net::Sent::default(),
+                self.tls.as_ref(),
+                Role::Master,
+            ),
         );
         let connection = match connect.await {
             Ok(Ok(connection)) => Rc::new(connection),

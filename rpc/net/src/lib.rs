@@ -19,7 +19,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 
 use bitfold_proto::bitfold_capnp::slave;
 
-use crate::tls::Tls;
+use crate::tls::{Identity, Role, Tls};
 
 pub use received::keep as keep_received;
 
@@ -184,18 +184,36 @@ impl<W: AsyncWrite + Unpin> futures::AsyncWrite for Counted<W> {
 /// call fails with an error saying so; one over twice it is closed at once.
 pub const MAX_CONNECTIONS_PER_PEER: usize = 256;
 
-/// Serves `bootstrap` to every connection accepted on `listener`, forever,
-/// counting what they send in `sent`; at most [`MAX_CONNECTIONS_PER_PEER`]
-/// connections of one peer are served at a time. With `tls`, a connection
-/// is served only once its client presented a certificate the cluster's CA
-/// signed; a refused one is logged with the peer's address and the reason.
+/// Who is at the other end of an accepted connection.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    /// Its address.
+    pub addr: SocketAddr,
+    /// Who its certificate says it is, on a TLS connection.
+    pub identity: Option<Identity>,
+}
+
+/// Serves every connection accepted on `listener`, forever, the capability
+/// `serve` gives its peer (or, if `serve` refuses it, closes it, logging
+/// why), counting what they send in `sent`; at most
+/// [`MAX_CONNECTIONS_PER_PEER`] connections of one peer are served at a
+/// time. With `tls`, a connection is served only once its client presented
+/// a certificate the cluster's CA signed and did not revoke, naming a role;
+/// a refused one is logged with the peer's address and the reason.
 pub async fn accept_loop(
     listener: TcpListener,
-    bootstrap: capnp::capability::Client,
+    serve: impl Fn(&Peer) -> Result<capnp::capability::Client, String> + 'static,
     sent: Sent,
     tls: Option<Tls>,
 ) {
-    accept_at_most(listener, bootstrap, sent, tls, MAX_CONNECTIONS_PER_PEER).await;
+    accept_at_most(
+        listener,
+        Rc::new(serve),
+        sent,
+        tls,
+        MAX_CONNECTIONS_PER_PEER,
+    )
+    .await;
 }
 
 /// The connections each peer holds open.
@@ -222,7 +240,7 @@ impl Drop for Held {
 /// [`accept_loop`] with `most` connections per peer.
 async fn accept_at_most(
     listener: TcpListener,
-    bootstrap: capnp::capability::Client,
+    serve: Rc<dyn Fn(&Peer) -> Result<capnp::capability::Client, String>>,
     sent: Sent,
     tls: Option<Tls>,
     most: usize,
@@ -236,17 +254,14 @@ async fn accept_at_most(
                     tracing::warn!(%peer, "closed a connection: the peer holds {held} already");
                     continue;
                 }
-                let served = if held >= most {
+                let too_many = (held >= most).then(|| {
                     tracing::warn!(%peer, "refused a connection: the peer holds {held} already");
                     capnp_rpc::new_broken_cap(capnp::Error::failed(format!(
                         "too many connections from {}: a peer may hold at most {most} at once \
                          (close some, or reuse one)",
                         peer.ip()
                     )))
-                } else {
-                    tracing::debug!(%peer, "accepted a connection");
-                    bootstrap.clone()
-                };
+                });
                 *open.borrow_mut().entry(peer.ip()).or_default() += 1;
                 let held = Held {
                     open: open.clone(),
@@ -254,19 +269,46 @@ async fn accept_at_most(
                 };
                 set_nodelay(&stream);
                 let Some(tls) = &tls else {
-                    start(plain(stream, Side::Server, sent.clone()), served, held);
+                    let served = too_many.ok_or(()).or_else(|()| {
+                        serve(&Peer {
+                            addr: peer,
+                            identity: None,
+                        })
+                    });
+                    match served {
+                        Ok(served) => {
+                            start(plain(stream, Side::Server, sent.clone()), served, held)
+                        }
+                        Err(why) => tracing::warn!("refused a connection from {peer}: {why}"),
+                    }
                     continue;
                 };
-                let handshake = sealed::accept(tls.server.clone(), stream);
+                let handshake = sealed::accept(tls.server(), stream);
                 let sent = sent.clone();
+                let serve = serve.clone();
                 tokio::task::spawn_local(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                         Ok(Ok(stream)) => {
-                            start(encrypted(stream, Side::Server, sent), served, held);
+                            let served = too_many.ok_or(()).or_else(|()| {
+                                let identity = peer_identity(&stream)?;
+                                tracing::debug!(%peer, "accepted a connection from {identity}");
+                                serve(&Peer {
+                                    addr: peer,
+                                    identity: Some(identity),
+                                })
+                            });
+                            match served {
+                                Ok(served) => {
+                                    start(encrypted(stream, Side::Server, sent), served, held);
+                                }
+                                Err(why) => {
+                                    tracing::warn!("refused a connection from {peer}: {why}");
+                                }
+                            }
                         }
                         Ok(Err(err)) => tracing::warn!(
                             "refused a connection from {peer}: {}",
-                            handshake_failure(&err, Role::Server, None)
+                            handshake_failure(&err, End::Server, None)
                         ),
                         Err(_) => tracing::warn!(
                             "refused a connection from {peer}: no TLS handshake within {}",
@@ -282,6 +324,14 @@ async fn accept_at_most(
             }
         }
     }
+}
+
+/// Who the certificate a TLS peer presented says it is.
+fn peer_identity(stream: &sealed::Sealed) -> Result<Identity, String> {
+    let cert = stream
+        .peer_certificate()
+        .ok_or("it presented no certificate")?;
+    Identity::of(cert)
 }
 
 fn set_nodelay(stream: &TcpStream) {
@@ -356,8 +406,8 @@ fn encrypted(
     sent: Sent,
 ) -> Box<dyn capnp_rpc::VatNetwork<Side>> {
     let role = match side {
-        Side::Client => Role::Client,
-        Side::Server => Role::Server,
+        Side::Client => End::Client,
+        Side::Server => End::Server,
     };
     let (reader, writer) = stream.split(move |err| {
         if is_alert(&err) {
@@ -397,18 +447,18 @@ fn sending<W: AsyncWrite + Unpin>(writer: W, sent: Sent) -> writer::WriteBuffer<
 
 /// Which end of a TLS connection this process is.
 #[derive(Clone, Copy)]
-enum Role {
+enum End {
     Client,
     Server,
 }
 
 /// A failed TLS handshake, in words: what the peer did wrong, or what it
 /// said this end did wrong. `ca` is the CA file this end trusts, if known.
-fn handshake_failure(err: &std::io::Error, role: Role, ca: Option<&std::path::Path>) -> String {
+fn handshake_failure(err: &std::io::Error, role: End, ca: Option<&std::path::Path>) -> String {
     use rustls::{AlertDescription as Alert, CertificateError, Error as TlsError};
     let peer = match role {
-        Role::Client => "the server",
-        Role::Server => "the client",
+        End::Client => "the server",
+        End::Server => "the client",
     };
     let ca = match ca {
         Some(ca) => format!("the CA in {}", ca.display()),
@@ -533,24 +583,26 @@ impl<C> Drop for Connection<C> {
     }
 }
 
-/// Connects to `addr` (over TLS with `tls`) and bootstraps its capability;
-/// what the connection sends is counted in `sent`. A failed TLS handshake
-/// is an error [`is_handshake_failure`] recognises.
+/// Connects to `addr` (over TLS with `tls`, to a server whose certificate
+/// names the role `server`) and bootstraps its capability; what the
+/// connection sends is counted in `sent`. A failed TLS handshake, or a
+/// server of another role, is an error [`is_handshake_failure`] recognises.
 pub async fn connect<C: FromClientHook>(
     addr: &str,
     sent: Sent,
     tls: Option<&Tls>,
+    server: Role,
 ) -> std::io::Result<Connection<C>> {
     let stream = open(addr).await?;
     set_nodelay(&stream);
     let network = match tls {
         None => plain(stream, Side::Client, sent),
         Some(tls) => {
-            let handshake = sealed::connect(tls.client.clone(), Tls::server_name(), stream);
+            let handshake = sealed::connect(tls.client(), Tls::server_name(), stream);
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(err)) => {
-                    let why = handshake_failure(&err, Role::Client, Some(tls.ca()));
+                    let why = handshake_failure(&err, End::Client, Some(tls.ca()));
                     return Err(handshake_error(why));
                 }
                 Err(_) => {
@@ -561,6 +613,20 @@ pub async fn connect<C: FromClientHook>(
                     )));
                 }
             };
+            match peer_identity(&stream) {
+                Ok(identity) if identity.role == server => {}
+                Ok(identity) => {
+                    return Err(handshake_error(format!(
+                        "{HANDSHAKE_FAILED}: the server at {addr} presented {identity}, \
+                         not a {server}'s"
+                    )));
+                }
+                Err(why) => {
+                    return Err(handshake_error(format!(
+                        "{HANDSHAKE_FAILED}: the server at {addr}: {why}"
+                    )));
+                }
+            }
             encrypted(stream, Side::Client, sent)
         }
     };
@@ -575,6 +641,7 @@ pub async fn connect<C: FromClientHook>(
 }
 
 /// Open connections to slaves, by address; one per process (per runtime).
+/// Over TLS, a server whose certificate is not a slave's is refused.
 ///
 /// A connection is evicted (and closed) when a call on it fails or times
 /// out, so the next call reconnects.
@@ -602,7 +669,8 @@ impl Pool {
                 return Ok(found.clone());
             }
         }
-        let fresh = Rc::new(connect(addr, self.sent.clone(), self.tls.as_ref()).await?);
+        let fresh =
+            Rc::new(connect(addr, self.sent.clone(), self.tls.as_ref(), Role::Slave).await?);
         // Another call may have connected meanwhile: keep the first.
         let mut connections = self.connections.borrow_mut();
         let held = connections
@@ -829,8 +897,9 @@ mod tests {
             let listener = bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap().to_string();
             let served = capnp_rpc::new_broken_cap(capnp::Error::failed("served".to_owned()));
-            tokio::task::spawn_local(accept_at_most(listener, served, Sent::default(), None, 2));
-            let connect = || connect::<slave::Client>(&addr, Sent::default(), None);
+            let serve = Rc::new(move |_: &Peer| Ok(served.clone()));
+            tokio::task::spawn_local(accept_at_most(listener, serve, Sent::default(), None, 2));
+            let connect = || connect::<slave::Client>(&addr, Sent::default(), None, Role::Slave);
             let first = connect().await.unwrap();
             let second = connect().await.unwrap();
             assert!(answer(&first).await.contains("served"));

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use rustls::client::UnbufferedClientConnection;
-use rustls::pki_types::ServerName;
+use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncodeError, UnbufferedStatus};
 use rustls::{AlertDescription, ClientConfig, ServerConfig};
@@ -361,7 +361,13 @@ impl Handshake {
 
     /// The connection, its handshake done, carried on by its record layer.
     fn into_sealed(self) -> io::Result<Sealed> {
+        let peer = match &self.session {
+            Session::Client(c) => c.peer_certificates(),
+            Session::Server(s) => s.peer_certificates(),
+        }
+        .and_then(|chain| chain.first().cloned());
         Ok(Sealed {
+            peer,
             records: self.session.into_records().map_err(invalid)?,
             link: self.link,
             plain: self.plain,
@@ -394,6 +400,8 @@ async fn handshake(mut handshake: Handshake) -> io::Result<Sealed> {
 
 /// A TLS connection whose handshake is done.
 pub(super) struct Sealed {
+    /// The peer's certificate.
+    peer: Option<CertificateDer<'static>>,
     records: Records,
     link: Link,
     /// Data opened, not yet read.
@@ -426,6 +434,11 @@ impl Failure {
 }
 
 impl Sealed {
+    /// The certificate the peer presented (both ends present one).
+    pub(super) fn peer_certificate(&self) -> Option<&CertificateDer<'static>> {
+        self.peer.as_ref()
+    }
+
     /// Fails the connection with `err`: the peer is sent the alert that
     /// says why, and every later call fails the same way.
     fn fail(&mut self, err: rustls::Error) -> io::Error {
@@ -763,8 +776,8 @@ mod tests {
     async fn handshakes(client: &Tls, server: &Tls) -> (io::Result<Sealed>, io::Result<Sealed>) {
         let (dialled, accepted) = sockets().await;
         tokio::join!(
-            connect(client.client.clone(), Tls::server_name(), dialled),
-            accept(server.server.clone(), accepted)
+            connect(client.client(), Tls::server_name(), dialled),
+            accept(server.server(), accepted)
         )
     }
 
@@ -855,7 +868,7 @@ mod tests {
                 let peer = send_and_close(dialled, bytes);
                 let server = tokio::time::timeout(
                     std::time::Duration::from_secs(10),
-                    accept(b.server.clone(), accepted),
+                    accept(b.server(), accepted),
                 );
                 tokio::join!(server, peer).0
             })
@@ -1064,7 +1077,7 @@ mod tests {
                 let _ = dialled.write_all(&bytes).await;
                 let _ = dialled.read_to_end(&mut Vec::new()).await;
             };
-            let (server, ()) = tokio::join!(accept(b.server.clone(), accepted), peer);
+            let (server, ()) = tokio::join!(accept(b.server(), accepted), peer);
             let err = server.err().expect("the server refuses it");
             assert!(err.to_string().contains("do not fit"), "{err}");
         })
@@ -1085,10 +1098,10 @@ mod tests {
                 // The server is not polled from the client's handshake's
                 // end until the client has written: its Finished and the
                 // data arrive together, and rustls opens the data.
-                let server = accept(b.server.clone(), accepted);
+                let server = accept(b.server(), accepted);
                 tokio::pin!(server);
                 let client = tokio::select! {
-                    client = connect(a.client.clone(), Tls::server_name(), dialled) => client.unwrap(),
+                    client = connect(a.client(), Tls::server_name(), dialled) => client.unwrap(),
                     _ = &mut server => panic!("the server's handshake ended before the client's"),
                 };
                 let (_client_read, mut client_write) = client.split(|err| err);
@@ -1196,7 +1209,7 @@ mod tests {
         let [_, b, ..] = configurations();
         crate::net::block_on_local(async {
             let (mut dialled, accepted) = sockets().await;
-            let server = accept(b.server.clone(), accepted);
+            let server = accept(b.server(), accepted);
             let plain = async {
                 dialled.write_all(&[0; 64]).await.unwrap();
                 let mut answer = Vec::new();
@@ -1319,9 +1332,7 @@ mod tests {
                 let conn = rustls::ServerConnection::new(server).unwrap();
                 rustls_echo(rustls::StreamOwned::new(conn, theirs))
             });
-            let sealed = connect(a.client.clone(), Tls::server_name(), ours)
-                .await
-                .unwrap();
+            let sealed = connect(a.client(), Tls::server_name(), ours).await.unwrap();
             echo_through(sealed, &ECHO_LENS, Some(3)).await;
             assert_eq!(peer.join().unwrap().unwrap(), ECHO_LENS.len());
         })
@@ -1333,12 +1344,12 @@ mod tests {
         let [a, b, ..] = configurations();
         crate::net::block_on_local(async {
             let (ours, theirs) = socket_and_std_socket();
-            let client = a.client.clone();
+            let client = a.client();
             let peer = std::thread::spawn(move || {
                 let conn = rustls::ClientConnection::new(client, Tls::server_name()).unwrap();
                 rustls_echo(rustls::StreamOwned::new(conn, theirs))
             });
-            let sealed = accept(b.server.clone(), ours).await.unwrap();
+            let sealed = accept(b.server(), ours).await.unwrap();
             echo_through(sealed, &ECHO_LENS, None).await;
             assert_eq!(peer.join().unwrap().unwrap(), ECHO_LENS.len());
         })

@@ -1,23 +1,32 @@
 //! Mutual TLS on every link (docs/protocol.md §11): a TLS folder holds the
-//! cluster's certificate authority (`ca.pem`) and one process's certificate
-//! and key (`cert.pem`, `key.pem`). [`Tls::load`] reads one ([`Tls::load_files`]
-//! the same files named one by one); the crate `bitfold-certs` (the command
-//! line's, not a client's) writes them, as `bitfold up --tls` does.
+//! cluster's certificate authority (`ca.pem`), its revocation list
+//! (`crl.pem`) and one process's certificate and key (`cert.pem`,
+//! `key.pem`). [`Tls::load`] reads one ([`Tls::load_files`] the same files
+//! named one by one); the crate `bitfold-certs` (the command line's, not a
+//! client's) writes them, as `bitfold certs` and `bitfold up --tls` do.
 //!
 //! Both ends of a link present a certificate and check the other's against
-//! the CA: a server refuses a client without one, a client refuses a server
-//! whose certificate the CA did not sign. Every certificate carries the name
-//! [`SERVER_NAME`] and a client checks that name, not the address it dialled,
-//! so a folder works whatever address its process listens on.
+//! the CA and its revocation list. Every certificate names its holder's
+//! [`Role`] in a SAN URI; a server's also carries the name [`SERVER_NAME`],
+//! which a client checks rather than the address it dialled, so a folder
+//! works whatever address its process listens on. What a role may call is
+//! the servers' to decide; this module says who the peer is ([`Identity`]).
+//!
+//! A server re-reads its folder every [`RELOAD_INTERVAL`] ([`Tls::watch`]):
+//! a new revocation list, certificate or key is used from the next
+//! handshake on, and [`Tls::is_revoked`] sees the list at once.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
 
+use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{CipherSuite, ClientConfig, RootCertStore, ServerConfig};
 
@@ -93,13 +102,16 @@ impl fmt::Display for Role {
     }
 }
 
+/// How often a server re-reads its TLS folder ([`Tls::watch`]).
+pub const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
+
 /// Why TLS files could not be read or used.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// A file could not be read.
     #[error(
-        "cannot read {}: {cause} (a TLS folder holds {CA_FILE}, {CERT_FILE} and {KEY_FILE}; \
-         `bitfold up --tls` writes them)",
+        "cannot read {}: {cause} (a TLS folder holds {CA_FILE}, {CERT_FILE}, {KEY_FILE} and \
+         {CRL_FILE}; `bitfold certs issue` or `bitfold up --tls` writes one)",
         path.display()
     )]
     Read {
@@ -118,13 +130,13 @@ pub enum TlsError {
     Unusable {
         /// The files.
         files: Box<Files>,
-        /// What rustls said (part of the message, not a `source()`).
+        /// What was wrong (part of the message, not a `source()`).
         cause: String,
     },
 }
 
-/// The three files of one process's TLS configuration (in a cluster file,
-/// its `[tls]` table).
+/// The files of one process's TLS configuration (in a cluster file, its
+/// `[tls]` table).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
@@ -135,6 +147,12 @@ pub struct Files {
     pub cert: PathBuf,
     /// The process's private key.
     pub key: PathBuf,
+    /// The CA's revocation list; while the file is missing, nothing is revoked.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub crl: Option<PathBuf>,
 }
 
 impl Files {
@@ -144,6 +162,7 @@ impl Files {
             ca: dir.join(CA_FILE),
             cert: dir.join(CERT_FILE),
             key: dir.join(KEY_FILE),
+            crl: Some(dir.join(CRL_FILE)),
         }
     }
 
@@ -154,38 +173,264 @@ impl Files {
             ca: folder.join(&self.ca),
             cert: folder.join(&self.cert),
             key: folder.join(&self.key),
+            crl: self.crl.as_ref().map(|crl| folder.join(crl)),
         }
     }
 }
 
-/// One process's TLS configuration, both as a server and as a client; cheap to clone.
+/// Who holds a certificate, as the certificate says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// Its common name: the process or client it was issued to.
+    pub name: String,
+    /// What its holder is.
+    pub role: Role,
+    /// Its serial number, without leading zero bytes.
+    pub serial: Vec<u8>,
+    /// The end of its validity.
+    pub not_after: SystemTime,
+}
+
+impl Identity {
+    /// Reads a certificate's holder: its one role URI, common name, serial
+    /// and expiry.
+    pub fn of(cert: &CertificateDer<'_>) -> Result<Identity, String> {
+        let (_, cert) = x509_parser::parse_x509_certificate(cert.as_ref())
+            .map_err(|e| format!("it is not a readable X.509 certificate ({e})"))?;
+        let name = cert
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let uris: Vec<&str> = match cert.subject_alternative_name() {
+            Ok(Some(names)) => names
+                .value
+                .general_names
+                .iter()
+                .filter_map(|name| match name {
+                    x509_parser::extensions::GeneralName::URI(uri) => Some(*uri),
+                    _ => None,
+                })
+                .filter(|uri| uri.starts_with(ROLE_URI))
+                .collect(),
+            Ok(None) => Vec::new(),
+            Err(e) => return Err(format!("its names cannot be read ({e})")),
+        };
+        let role = match uris[..] {
+            [uri] => Role::of_uri(uri).ok_or_else(|| {
+                format!("its role {uri} is none of master, slave, admin and reader")
+            })?,
+            [] => {
+                return Err(format!(
+                    "the certificate of {name:?} names no role (a SAN URI {ROLE_URI}ROLE): it was \
+                     made before roles; issue a new one with `bitfold certs issue`"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "the certificate of {name:?} names more than one role"
+                ));
+            }
+        };
+        let seconds = u64::try_from(cert.validity().not_after.timestamp()).unwrap_or(0);
+        Ok(Identity {
+            name,
+            role,
+            serial: serial(cert.raw_serial()),
+            not_after: SystemTime::UNIX_EPOCH + Duration::from_secs(seconds),
+        })
+    }
+
+    /// How long until it expires (zero once it has).
+    pub fn expires_in(&self) -> Duration {
+        self.not_after
+            .duration_since(SystemTime::now())
+            .unwrap_or_default()
+    }
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the {} certificate {:?}", self.role, self.name)
+    }
+}
+
+/// A serial number as compared: without the zero bytes DER may lead with.
+fn serial(raw: &[u8]) -> Vec<u8> {
+    let zeros = raw.iter().take_while(|&&b| b == 0).count();
+    raw[zeros..].to_vec()
+}
+
+/// One process's TLS configuration, both as a server and as a client, as
+/// last read from its files; cheap to clone (clones share reloads).
 #[derive(Clone)]
 pub struct Tls {
-    ca: PathBuf,
-    pub(crate) server: Arc<ServerConfig>,
-    pub(crate) client: Arc<ClientConfig>,
+    files: Files,
+    loaded: Arc<RwLock<Arc<Loaded>>>,
+}
+
+/// What the files said when they were last read.
+struct Loaded {
+    /// The files' bytes, to tell whether a reload changes anything.
+    read: Read,
+    server: Arc<ServerConfig>,
+    client: Arc<ClientConfig>,
+    own: Identity,
+    /// Serials the revocation list names.
+    revoked: HashSet<Vec<u8>>,
+}
+
+/// The bytes of a TLS configuration's files.
+#[derive(PartialEq, Eq)]
+struct Read {
+    ca: Vec<u8>,
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    /// None while the list's file is missing.
+    crl: Option<Vec<u8>>,
 }
 
 impl fmt::Debug for Tls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Tls").field("ca", &self.ca).finish()
+        f.debug_struct("Tls").field("files", &self.files).finish()
     }
 }
 
 impl Tls {
-    /// Reads the TLS folder `dir`: `dir/ca.pem`, `dir/cert.pem` and `dir/key.pem`.
+    /// Reads the TLS folder `dir`: `ca.pem`, `cert.pem`, `key.pem` and, if
+    /// there is one, `crl.pem`.
     pub fn load(dir: &Path) -> Result<Tls, TlsError> {
         Tls::load_files(&Files::in_folder(dir))
     }
 
-    /// Reads a CA, a certificate and its key, wherever they are.
+    /// Reads a CA, a certificate and its key (and a revocation list),
+    /// wherever they are.
     pub fn load_files(files: &Files) -> Result<Tls, TlsError> {
+        let loaded = Loaded::new(files, Read::of(files)?)?;
+        Ok(Tls {
+            files: files.clone(),
+            loaded: Arc::new(RwLock::new(Arc::new(loaded))),
+        })
+    }
+
+    /// Reads the files again; true if they changed (and are used from now
+    /// on). Files that fail to load leave the configuration as it was.
+    pub fn reload(&self) -> Result<bool, TlsError> {
+        let read = Read::of(&self.files)?;
+        if self.current().read == read {
+            return Ok(false);
+        }
+        let loaded = Arc::new(Loaded::new(&self.files, read)?);
+        *self.loaded.write().unwrap_or_else(|e| e.into_inner()) = loaded;
+        Ok(true)
+    }
+
+    /// Re-reads the files every [`RELOAD_INTERVAL`], forever, logging each
+    /// change and (once per cause) files that do not load.
+    pub async fn watch(self) {
+        let mut failing = None;
+        loop {
+            tokio::time::sleep(RELOAD_INTERVAL).await;
+            match self.reload() {
+                Ok(changed) => {
+                    if changed {
+                        let loaded = self.current();
+                        tracing::info!(
+                            "reloaded the TLS files of {}: {} revoked",
+                            loaded.own,
+                            loaded.revoked.len()
+                        );
+                    }
+                    failing = None;
+                }
+                Err(err) => {
+                    let text = err.to_string();
+                    if failing.as_ref() != Some(&text) {
+                        tracing::warn!("kept the TLS files loaded before: {text}");
+                        failing = Some(text);
+                    }
+                }
+            }
+        }
+    }
+
+    fn current(&self) -> Arc<Loaded> {
+        self.loaded
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The CA file it trusts.
+    pub fn ca(&self) -> &Path {
+        &self.files.ca
+    }
+
+    /// Its own certificate's file.
+    pub fn cert(&self) -> &Path {
+        &self.files.cert
+    }
+
+    /// Who its own certificate says this process is.
+    pub fn identity(&self) -> Identity {
+        self.current().own.clone()
+    }
+
+    /// Whether the revocation list last read names `identity`'s certificate.
+    pub fn is_revoked(&self, identity: &Identity) -> bool {
+        self.current().revoked.contains(&identity.serial)
+    }
+
+    /// Its configuration as a server, as last read.
+    pub(crate) fn server(&self) -> Arc<ServerConfig> {
+        self.current().server.clone()
+    }
+
+    /// Its configuration as a client, as last read.
+    pub(crate) fn client(&self) -> Arc<ClientConfig> {
+        self.current().client.clone()
+    }
+
+    /// The name a client checks in the server's certificate.
+    pub(crate) fn server_name() -> ServerName<'static> {
+        ServerName::try_from(SERVER_NAME).expect("SERVER_NAME is a valid DNS name")
+    }
+}
+
+impl Read {
+    fn of(files: &Files) -> Result<Read, TlsError> {
         let read = |path: &Path| {
             fs::read(path).map_err(|e| TlsError::Read {
                 path: path.to_owned(),
                 cause: crate::describe_io(&e),
             })
         };
+        let crl = match &files.crl {
+            Some(path) => match fs::read(path) {
+                Ok(bytes) => Some(bytes),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => {
+                    return Err(TlsError::Read {
+                        path: path.clone(),
+                        cause: crate::describe_io(&e),
+                    });
+                }
+            },
+            None => None,
+        };
+        Ok(Read {
+            ca: read(&files.ca)?,
+            cert: read(&files.cert)?,
+            key: read(&files.key)?,
+            crl,
+        })
+    }
+}
+
+impl Loaded {
+    fn new(files: &Files, read: Read) -> Result<Loaded, TlsError> {
         let pem_error = |path: &Path, cause: String| TlsError::Read {
             path: path.to_owned(),
             cause,
@@ -195,25 +440,34 @@ impl Tls {
             cause,
         };
         let mut roots = RootCertStore::empty();
-        for ca in CertificateDer::pem_slice_iter(&read(&files.ca)?) {
+        for ca in CertificateDer::pem_slice_iter(&read.ca) {
             let ca = ca.map_err(|e| pem_error(&files.ca, e.to_string()))?;
             roots.add(ca).map_err(|e| unusable(e.to_string()))?;
         }
         if roots.is_empty() {
             return Err(pem_error(&files.ca, "it holds no certificate".into()));
         }
-        let chain = CertificateDer::pem_slice_iter(&read(&files.cert)?)
+        let chain = CertificateDer::pem_slice_iter(&read.cert)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| pem_error(&files.cert, e.to_string()))?;
-        if chain.is_empty() {
+        let Some(own) = chain.first() else {
             return Err(pem_error(&files.cert, "it holds no certificate".into()));
-        }
-        let key = PrivateKeyDer::from_pem_slice(&read(&files.key)?)
+        };
+        let own = Identity::of(own).map_err(|cause| pem_error(&files.cert, cause))?;
+        let key = PrivateKeyDer::from_pem_slice(&read.key)
             .map_err(|e| pem_error(&files.key, e.to_string()))?;
+        let (crls, revoked) = match (&files.crl, &read.crl) {
+            (Some(path), Some(bytes)) => {
+                revocations(bytes).map_err(|cause| pem_error(path, cause))?
+            }
+            _ => (Vec::new(), HashSet::new()),
+        };
 
         let provider = Arc::new(provider());
         let roots = Arc::new(roots);
         let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+            .with_crls(crls.clone())
+            .only_check_end_entity_revocation()
             .build()
             .map_err(|e| unusable(e.to_string()))?;
         let mut server = ServerConfig::builder_with_provider(provider.clone())
@@ -229,29 +483,46 @@ impl Tls {
         // a session, so no tickets.
         server.enable_secret_extraction = true;
         server.send_tls13_tickets = 0;
+        let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+            .with_crls(crls)
+            .only_check_end_entity_revocation()
+            .build()
+            .map_err(|e| unusable(e.to_string()))?;
         let mut client = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| unusable(e.to_string()))?
-            .with_root_certificates(roots)
+            .with_webpki_verifier(verifier)
             .with_client_auth_cert(chain, key)
             .map_err(|e| unusable(e.to_string()))?;
         client.enable_secret_extraction = true;
-        Ok(Tls {
-            ca: files.ca.clone(),
+        Ok(Loaded {
+            read,
             server: Arc::new(server),
             client: Arc::new(client),
+            own,
+            revoked,
         })
     }
+}
 
-    /// The CA file it trusts.
-    pub fn ca(&self) -> &Path {
-        &self.ca
-    }
+/// The lists in a `crl.pem`, and the serials they revoke.
+type Revocations = (Vec<CertificateRevocationListDer<'static>>, HashSet<Vec<u8>>);
 
-    /// The name a client checks in the server's certificate.
-    pub(crate) fn server_name() -> ServerName<'static> {
-        ServerName::try_from(SERVER_NAME).expect("SERVER_NAME is a valid DNS name")
+/// Reads the revocation lists of a `crl.pem`.
+fn revocations(pem: &[u8]) -> Result<Revocations, String> {
+    let crls = CertificateRevocationListDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let mut revoked = HashSet::new();
+    for crl in &crls {
+        let (_, list) = x509_parser::parse_x509_crl(crl.as_ref())
+            .map_err(|e| format!("it is not a readable revocation list ({e})"))?;
+        revoked.extend(
+            list.iter_revoked_certificates()
+                .map(|cert| serial(cert.raw_serial())),
+        );
     }
+    Ok((crls, revoked))
 }
 
 /// The cryptography of every link: *ring*'s TLS 1.3 cipher suites with

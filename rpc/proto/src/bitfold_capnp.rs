@@ -3738,6 +3738,7 @@ pub enum ErrorKind {
     Unavailable = 2,
     Internal = 3,
     TooLarge = 4,
+    Forbidden = 5,
 }
 
 impl ::capnp::introspect::Introspect for ErrorKind {
@@ -3755,6 +3756,7 @@ impl ::core::convert::TryFrom<u16> for ErrorKind {
             2 => ::core::result::Result::Ok(Self::Unavailable),
             3 => ::core::result::Result::Ok(Self::Internal),
             4 => ::core::result::Result::Ok(Self::TooLarge),
+            5 => ::core::result::Result::Ok(Self::Forbidden),
             n => ::core::result::Result::Err(::capnp::NotInSchema(n)),
         }
     }
@@ -3767,7 +3769,7 @@ impl ::capnp::traits::HasTypeId for ErrorKind {
     const TYPE_ID: u64 = 0xa75c_1ee6_2996_4594u64;
 }
 mod error_kind {
-pub(crate) static ENCODED_NODE: [::capnp::Word; 42] = [
+pub(crate) static ENCODED_NODE: [::capnp::Word; 47] = [
     ::capnp::word(0, 0, 0, 0, 5, 0, 6, 0),
     ::capnp::word(148, 69, 150, 41, 230, 30, 92, 167),
     ::capnp::word(14, 0, 0, 0, 2, 0, 0, 0),
@@ -3777,28 +3779,31 @@ pub(crate) static ENCODED_NODE: [::capnp::Word; 42] = [
     ::capnp::word(21, 0, 0, 0, 194, 0, 0, 0),
     ::capnp::word(29, 0, 0, 0, 7, 0, 0, 0),
     ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
-    ::capnp::word(25, 0, 0, 0, 127, 0, 0, 0),
+    ::capnp::word(25, 0, 0, 0, 151, 0, 0, 0),
     ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
     ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
     ::capnp::word(98, 105, 116, 102, 111, 108, 100, 46),
     ::capnp::word(99, 97, 112, 110, 112, 58, 69, 114),
     ::capnp::word(114, 111, 114, 75, 105, 110, 100, 0),
     ::capnp::word(0, 0, 0, 0, 1, 0, 1, 0),
-    ::capnp::word(20, 0, 0, 0, 1, 0, 2, 0),
+    ::capnp::word(24, 0, 0, 0, 1, 0, 2, 0),
     ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
-    ::capnp::word(53, 0, 0, 0, 74, 0, 0, 0),
+    ::capnp::word(65, 0, 0, 0, 74, 0, 0, 0),
     ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
     ::capnp::word(1, 0, 0, 0, 0, 0, 0, 0),
-    ::capnp::word(49, 0, 0, 0, 74, 0, 0, 0),
+    ::capnp::word(61, 0, 0, 0, 74, 0, 0, 0),
     ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
     ::capnp::word(2, 0, 0, 0, 0, 0, 0, 0),
-    ::capnp::word(45, 0, 0, 0, 98, 0, 0, 0),
+    ::capnp::word(57, 0, 0, 0, 98, 0, 0, 0),
     ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
     ::capnp::word(3, 0, 0, 0, 0, 0, 0, 0),
-    ::capnp::word(41, 0, 0, 0, 74, 0, 0, 0),
+    ::capnp::word(53, 0, 0, 0, 74, 0, 0, 0),
     ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
     ::capnp::word(4, 0, 0, 0, 0, 0, 0, 0),
-    ::capnp::word(37, 0, 0, 0, 74, 0, 0, 0),
+    ::capnp::word(49, 0, 0, 0, 74, 0, 0, 0),
+    ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
+    ::capnp::word(5, 0, 0, 0, 0, 0, 0, 0),
+    ::capnp::word(45, 0, 0, 0, 82, 0, 0, 0),
     ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
     ::capnp::word(98, 97, 100, 81, 117, 101, 114, 121),
     ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
@@ -3810,6 +3815,8 @@ pub(crate) static ENCODED_NODE: [::capnp::Word; 42] = [
     ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
     ::capnp::word(116, 111, 111, 76, 97, 114, 103, 101),
     ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
+    ::capnp::word(102, 111, 114, 98, 105, 100, 100, 101),
+    ::capnp::word(110, 0, 0, 0, 0, 0, 0, 0),
 ];
 pub(crate) fn get_annotation_types(child_index: Option<u16>, index: u32) -> ::capnp::introspect::Type {
     ::capnp::introspect::panic_invalid_annotation_indices(child_index, index)

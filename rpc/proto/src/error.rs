@@ -16,6 +16,9 @@ pub enum ErrorKind {
     Internal,
     /// The answer does not fit one Cap'n Proto `Data`; ask for `count` or `roaring`.
     TooLarge,
+    /// The caller's certificate does not allow the call; the message names
+    /// the role it needs. Nothing was changed.
+    Forbidden,
 }
 
 impl ErrorKind {
@@ -28,6 +31,7 @@ impl ErrorKind {
             W::Unavailable => ErrorKind::Unavailable,
             W::Internal => ErrorKind::Internal,
             W::TooLarge => ErrorKind::TooLarge,
+            W::Forbidden => ErrorKind::Forbidden,
         }
     }
 
@@ -40,6 +44,7 @@ impl ErrorKind {
             ErrorKind::Unavailable => W::Unavailable,
             ErrorKind::Internal => W::Internal,
             ErrorKind::TooLarge => W::TooLarge,
+            ErrorKind::Forbidden => W::Forbidden,
         }
     }
 }
@@ -52,6 +57,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Internal => "internal error",
             ErrorKind::TooLarge => "too large",
+            ErrorKind::Forbidden => "forbidden",
         })
     }
 }

@@ -17,6 +17,7 @@ use bitfold_net::{self as net, tls};
 use bitfold_proto::{bitfold_capnp, budget, chain, hop, query};
 use tokio::net::TcpListener;
 
+mod access;
 pub mod catalog;
 pub mod cluster;
 #[cfg(feature = "fuzzing")]
@@ -68,6 +69,20 @@ pub enum Error {
     /// The slave's store could not be opened.
     #[error(transparent)]
     Store(#[from] bitfold_engine::store::StoreError),
+    /// The process's TLS certificate is not one of its role.
+    #[error(
+        "the certificate {} is {identity}, not a {needs}'s: give this {needs} a certificate of \
+         its own (`bitfold certs issue --role {needs}`)",
+        cert.display()
+    )]
+    WrongRole {
+        /// The certificate file.
+        cert: std::path::PathBuf,
+        /// Who it says its holder is.
+        identity: tls::Identity,
+        /// The role the process needs.
+        needs: tls::Role,
+    },
 }
 
 /// Binds `listen` as [`net::bind`] does; a failure names the address.

@@ -4,7 +4,7 @@ from typing import Iterable, Optional
 
 #: The kinds the master answers, as `ErrorKind` in the schema spells them
 #: (docs/protocol.md §5).
-SERVER_KINDS = ("badQuery", "notFound", "unavailable", "internal", "tooLarge")
+SERVER_KINDS = ("badQuery", "notFound", "unavailable", "internal", "tooLarge", "forbidden")
 
 #: The kinds this package adds: no master could be reached or the
 #: connection was lost (``connection``); the master failed the call outright
@@ -20,7 +20,7 @@ class Error(Exception):
 
     ``kind`` is the master's error kind as the schema's ``ErrorKind`` names
     it (``"badQuery"``, ``"notFound"``, ``"unavailable"``, ``"internal"``,
-    ``"tooLarge"``) or one of this package's: ``"connection"`` (no master
+    ``"tooLarge"``, ``"forbidden"``) or one of this package's: ``"connection"`` (no master
     answered), ``"protocol"`` (the master failed the call outright, or
     answered what this client cannot read) and ``"badArgument"`` (an
     argument it cannot send). ``message`` (also

@@ -55,7 +55,7 @@ struct Error {
   failedMachines @2 :List(Text);
 }
 
-enum ErrorKind { badQuery @0; notFound @1; unavailable @2; internal @3; tooLarge @4; }
+enum ErrorKind { badQuery @0; notFound @1; unavailable @2; internal @3; tooLarge @4; forbidden @5; }
 
 # ---------------------------------------------------------------------------
 # bitfold's own structures.

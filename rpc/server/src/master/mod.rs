@@ -24,6 +24,7 @@
 mod answer;
 mod copy;
 mod fence;
+mod guard;
 mod import;
 mod in_flight;
 mod journal;
@@ -52,6 +53,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
+use crate::access::Caller;
 use crate::bitfold_capnp::{master, update_outcome};
 use crate::catalog::Catalog;
 use crate::chain::{FailedMachine, VidRun};
@@ -59,6 +61,7 @@ use crate::metrics::{self, MasterMetrics};
 use crate::net::{self, Pool};
 use bitfold_proto::ErrorKind;
 use fence::Fence;
+use guard::Guarded;
 use in_flight::InFlight;
 use layout::{Layout, Placement};
 use plan::Turn;
@@ -83,6 +86,7 @@ pub fn run_until(
     if options.attempts == 0 {
         return Err(crate::Error::Config("attempts must be at least 1".into()));
     }
+    crate::access::require(options.tls.as_ref(), crate::tls::Role::Master)?;
     let catalog = Catalog::open(&options.data_dir).map_err(crate::Error::Catalog)?;
     let start::OnDisk {
         layout,
@@ -120,10 +124,24 @@ pub fn run_until(
         state.probe_round(probe::Writes::Take).await;
         tokio::task::spawn_local(probe::probe_loop(state.clone()));
         tokio::task::spawn_local(refill::refill_loop(state.clone()));
-        let client: master::Client = capnp_rpc::new_client_from_rc(state);
+        if let Some(tls) = &tls {
+            tokio::task::spawn_local(tls.clone().watch());
+        }
+        let serve = {
+            let tls = tls.clone();
+            move |peer: &net::Peer| {
+                let caller = Caller::new(peer, tls.as_ref());
+                let guarded = Guarded {
+                    master: state.clone(),
+                    caller,
+                };
+                let client: master::Client = capnp_rpc::new_client(guarded);
+                Ok(client.client)
+            }
+        };
         on_ready(addr);
         tokio::select! {
-            () = net::accept_loop(listener, client.client, sent, tls) => {}
+            () = net::accept_loop(listener, serve, sent, tls) => {}
             () = stop => {}
         }
         Ok(())

@@ -54,6 +54,8 @@ pub(crate) struct MasterMetrics {
     sent: Counter,
     updates: Family<Fixed<2>, Counter>,
     updated_vectors: Counter,
+    /// Calls refused for the caller's role.
+    pub(crate) forbidden: Forbidden,
 }
 
 impl MasterMetrics {
@@ -61,6 +63,7 @@ impl MasterMetrics {
     pub(crate) fn new() -> MasterMetrics {
         let mut r = Registry::with_prefix("bitfold_master");
         MasterMetrics {
+            forbidden: Forbidden::new(&mut r),
             queries: add(
                 &mut r,
                 "queries",
@@ -230,6 +233,30 @@ impl MasterMetrics {
     }
 }
 
+/// Calls refused because the caller's certificate does not allow them
+/// (docs/protocol.md §11), by method and the caller's role.
+pub(crate) struct Forbidden(Family<Fixed<2>, Counter>);
+
+impl Forbidden {
+    fn new(r: &mut Registry) -> Forbidden {
+        Forbidden(add(
+            r,
+            "forbidden_calls",
+            None,
+            "Calls refused because the caller's certificate does not allow them, by method and \
+             the caller's role",
+            Family::default(),
+        ))
+    }
+
+    /// Counts a refused call of `method` by a caller of `role`.
+    pub(crate) fn count(&self, method: &'static str, role: &'static str) {
+        self.0
+            .get_or_create(&[("method", method), ("role", role)])
+            .inc();
+    }
+}
+
 /// What a slave counts.
 pub(crate) struct SlaveMetrics {
     registry: Registry,
@@ -242,6 +269,8 @@ pub(crate) struct SlaveMetrics {
     store_bytes: Gauge,
     store_vectors: Gauge,
     store_segments: Gauge,
+    /// Calls refused for the caller's role.
+    pub(crate) forbidden: Forbidden,
 }
 
 impl SlaveMetrics {
@@ -249,6 +278,7 @@ impl SlaveMetrics {
     pub(crate) fn new() -> SlaveMetrics {
         let mut r = Registry::with_prefix("bitfold_slave");
         SlaveMetrics {
+            forbidden: Forbidden::new(&mut r),
             requests: add(
                 &mut r,
                 "requests",
@@ -380,6 +410,7 @@ pub(crate) fn outcome_label(outcome: Result<(), ErrorKind>) -> &'static str {
         Err(ErrorKind::Unavailable) => "unavailable",
         Err(ErrorKind::TooLarge) => "tooLarge",
         Err(ErrorKind::Internal) => "internal",
+        Err(ErrorKind::Forbidden) => "forbidden",
     }
 }
 

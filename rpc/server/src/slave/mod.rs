@@ -15,6 +15,7 @@
 pub(crate) mod coordinator;
 pub(crate) mod fan_out;
 pub(crate) mod fetch_many;
+mod guard;
 pub(crate) mod handler;
 mod pull;
 pub(crate) mod term_union;
@@ -37,6 +38,7 @@ use bitfold_engine::VectorPart;
 use bitfold_engine::fold::UnionPlan;
 use bitfold_engine::store::{Fenced, ImportStats, Snapshot, Staged, Stamp, Store, StoreError};
 
+use crate::access::Caller;
 use crate::bitfold_capnp::{Want, slave, stamp, store_state};
 use crate::budget::{self, Budget};
 use crate::chain::{Machines, VidRun};
@@ -44,6 +46,7 @@ use crate::metrics::{self, SlaveMetrics};
 use crate::net::{self, Pool};
 use crate::tls::Tls;
 use crate::wire;
+use guard::Guarded;
 
 /// How a slave serves.
 #[derive(Debug, Clone)]
@@ -98,6 +101,7 @@ pub fn serve_store(
     on_ready: impl FnOnce(SocketAddr),
     stop: impl Future<Output = ()>,
 ) -> Result<(), crate::Error> {
+    crate::access::require(options.tls.as_ref(), crate::tls::Role::Slave)?;
     net::block_on_local(async move {
         let listener = crate::bind(&options.listen).await?;
         let addr = crate::local_addr(&listener)?;
@@ -116,10 +120,24 @@ pub fn serve_store(
             let slave = slave.clone();
             metrics::serve(listen, move || slave.render_metrics()).await?;
         }
-        let client: slave::Client = capnp_rpc::new_client_from_rc(slave);
+        let tls = options.tls.clone();
+        if let Some(tls) = &tls {
+            tokio::task::spawn_local(tls.clone().watch());
+        }
+        let serve = {
+            let tls = tls.clone();
+            move |peer: &net::Peer| {
+                let guarded = Guarded {
+                    slave: slave.clone(),
+                    caller: Caller::new(peer, tls.as_ref()),
+                };
+                let client: slave::Client = capnp_rpc::new_client(guarded);
+                Ok(client.client)
+            }
+        };
         on_ready(addr);
         tokio::select! {
-            () = net::accept_loop(listener, client.client, sent, options.tls.clone()) => {}
+            () = net::accept_loop(listener, serve, sent, tls) => {}
             () = stop => {}
         }
         Ok(())
