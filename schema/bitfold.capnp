@@ -18,8 +18,9 @@ interface Master {
   # Sets the bits of every vector on all of its owners, then records the
   # vids durably; `ok` means every owner and the catalog hold them.
 
-  status @2 () -> (slaves :List(SlaveStatus));
-  # The state of every slave of the cluster, in cluster file order.
+  status @2 () -> (slaves :List(SlaveStatus), certificateNotAfter :Int64);
+  # The state of every slave of the cluster, in cluster file order, and
+  # when the master's TLS certificate expires (Unix seconds; 0 without TLS).
 
   clear @3 (vectors :List(VidVector)) -> (outcome :UpdateOutcome);
   # Clears the listed bits of every vector that exists (docs/protocol.md §8):
@@ -140,6 +141,8 @@ struct SlaveStatus {
   reason @6 :Text;             # why it is down; empty when up
   readBytes @7 :UInt64;        # bytes of vectors its folds read since it started
   sentBytes @8 :UInt64;        # bytes it sent to other processes since it started
+  certificateNotAfter @9 :Int64;  # when its TLS certificate expires (Unix seconds;
+                                  # 0 without TLS or not known yet)
 }
 
 struct Machine {
@@ -358,11 +361,11 @@ interface Slave {
   # their write: the master writes its journal meanwhile.
 
   health @4 () -> (vectors :UInt64, bytes :UInt64, readBytes :UInt64, sentBytes :UInt64,
-                   state :StoreState);
+                   state :StoreState, certificateNotAfter :Int64);
   # Answers when the slave is alive: how many vectors and data bytes it
   # holds, and since it started, the bytes of vectors its folds read and
   # the bytes it sent to other processes; who it is and the last write it
-  # applied.
+  # applied; when its TLS certificate expires (Unix seconds; 0 without TLS).
 
   catalog @5 () -> (vids :Data);
   # Every vid this slave holds, ascending, as u64 little-endian.

@@ -51,7 +51,7 @@ pub use answer::{Answer, Format};
 /// The bytes of a vector answer ([`Answer::Words`], [`Answer::Roaring`]).
 pub use bytes::Bytes;
 pub use error::{Error, ErrorKind};
-pub use status::{MoveProgress, PlacementReport, SlaveStatus, Traffic};
+pub use status::{MoveProgress, PlacementReport, SlaveStatus, Status, Traffic};
 
 use bitfold_net as net;
 use bitfold_net::tls::{self, Tls};
@@ -135,6 +135,11 @@ macro_rules! calls {
 
         /// The state of every slave, in cluster file order.
         pub fn status(&self) -> Result<Vec<SlaveStatus>, Error> {
+            Ok(self.full_status()?.slaves)
+        }
+
+        /// The state of every slave, and when the master's certificate expires.
+        pub fn full_status(&self) -> Result<Status, Error> {
             self.call(|reply| Call::Status { reply })
         }
     };

@@ -14,7 +14,8 @@ use crate::bitfold_capnp::{
 use crate::net::{self, Connection};
 use crate::tls::{Role, Tls};
 
-use super::{Answer, Error, Format, MoveProgress, PlacementReport, SlaveStatus};
+use super::{Answer, Error, Format, MoveProgress, PlacementReport, SlaveStatus, Status};
+use crate::status::unix_seconds;
 
 /// Where the client thread sends a call's result.
 pub(super) type Reply<T> = mpsc::SyncSender<Result<T, Error>>;
@@ -31,7 +32,7 @@ pub(super) enum Call {
         reply: Reply<()>,
     },
     Status {
-        reply: Reply<Vec<SlaveStatus>>,
+        reply: Reply<Status>,
     },
     Clear {
         message: capnp::message::Builder<capnp::message::HeapAllocator>,
@@ -320,14 +321,15 @@ impl Link {
         read.map_err(Error::unreadable)
     }
 
-    async fn status(&self) -> Result<Vec<SlaveStatus>, Error> {
+    async fn status(&self) -> Result<Status, Error> {
         let connection = self.client().await?;
         let request = connection.client.status_request();
         let response = request.send().promise.await.map_err(|e| self.lost(e))?;
-        let slaves = (|| -> capnp::Result<Vec<SlaveStatus>> {
+        let status = (|| -> capnp::Result<Status> {
             let list = response.get()?.get_slaves()?;
             crate::wire::check_sized(list, "slaves")?;
-            list.iter()
+            let list = list
+                .iter()
                 .map(|s| {
                     let millis = s.get_since_unix_millis();
                     let since = if millis >= 0 {
@@ -346,11 +348,17 @@ impl Link {
                         read_bytes: s.get_read_bytes(),
                         sent_bytes: s.get_sent_bytes(),
                         reason: (!reason.is_empty()).then_some(reason),
+                        certificate_expires: unix_seconds(s.get_certificate_not_after()),
                     })
                 })
-                .collect()
+                .collect::<capnp::Result<_>>()?;
+            let master = response.get()?.get_certificate_not_after();
+            Ok(Status {
+                slaves: list,
+                master_certificate_expires: unix_seconds(master),
+            })
         })();
-        slaves.map_err(Error::unreadable)
+        status.map_err(Error::unreadable)
     }
 }
 

@@ -13,7 +13,7 @@ use tokio::task::LocalSet;
 use super::import::import_messages;
 use super::link::{Call, Link, Reply};
 use super::{Answer, DEFAULT_TIMEOUT, Error, Format, MoveProgress, PlacementReport};
-use super::{SlaveStatus, Traffic};
+use super::{SlaveStatus, Status, Traffic};
 use crate::net;
 use crate::tls::Tls;
 

@@ -24,6 +24,38 @@ pub struct SlaveStatus {
     pub sent_bytes: u64,
     /// Why it is down.
     pub reason: Option<String>,
+    /// When its TLS certificate expires (last known; none without TLS).
+    pub certificate_expires: Option<SystemTime>,
+}
+
+/// What the master says of its slaves and of itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// Every slave, in cluster file order.
+    pub slaves: Vec<SlaveStatus>,
+    /// When the master's TLS certificate expires (none without TLS).
+    pub master_certificate_expires: Option<SystemTime>,
+}
+
+impl Status {
+    /// Every certificate in use that the master knows of, with when it
+    /// expires: the master's (named `master`), then each slave's.
+    pub fn certificates(&self) -> Vec<(String, SystemTime)> {
+        let master = self
+            .master_certificate_expires
+            .map(|expires| ("master".to_owned(), expires));
+        let slaves = self
+            .slaves
+            .iter()
+            .filter_map(|s| Some((s.name.clone(), s.certificate_expires?)));
+        master.into_iter().chain(slaves).collect()
+    }
+}
+
+/// A time the wire carries in Unix seconds, 0 for none.
+pub(crate) fn unix_seconds(seconds: i64) -> Option<SystemTime> {
+    let seconds = u64::try_from(seconds).ok().filter(|&s| s > 0)?;
+    SystemTime::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(seconds))
 }
 
 /// Bytes the slaves of a cluster read and sent, added up.

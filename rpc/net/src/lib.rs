@@ -216,6 +216,9 @@ pub async fn accept_loop(
     .await;
 }
 
+/// What a server gives each peer it accepts: its capability, or why not.
+type Serve = dyn Fn(&Peer) -> Result<capnp::capability::Client, String>;
+
 /// The connections each peer holds open.
 type Open = Rc<RefCell<HashMap<IpAddr, usize>>>;
 
@@ -240,7 +243,7 @@ impl Drop for Held {
 /// [`accept_loop`] with `most` connections per peer.
 async fn accept_at_most(
     listener: TcpListener,
-    serve: Rc<dyn Fn(&Peer) -> Result<capnp::capability::Client, String>>,
+    serve: Rc<Serve>,
     sent: Sent,
     tls: Option<Tls>,
     most: usize,

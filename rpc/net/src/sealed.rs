@@ -1323,7 +1323,7 @@ mod tests {
     fn records_sealed_here_are_opened_by_rustls_and_back_across_key_updates_as_a_client() {
         let [a, b, ..] = configurations();
         // Tickets too, which the client hands to rustls.
-        let mut server = (*b.server).clone();
+        let mut server = (*b.server()).clone();
         server.send_tls13_tickets = 2;
         let server = Arc::new(server);
         crate::net::block_on_local(async {

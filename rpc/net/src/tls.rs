@@ -243,6 +243,13 @@ impl Identity {
         })
     }
 
+    /// The end of its validity in Unix seconds, as the wire carries it.
+    pub fn not_after_seconds(&self) -> i64 {
+        self.not_after
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+    }
+
     /// How long until it expires (zero once it has).
     pub fn expires_in(&self) -> Duration {
         self.not_after
@@ -376,6 +383,11 @@ impl Tls {
     /// Who its own certificate says this process is.
     pub fn identity(&self) -> Identity {
         self.current().own.clone()
+    }
+
+    /// When its own certificate expires, in Unix seconds; 0 without TLS.
+    pub fn not_after_seconds(tls: Option<&Tls>) -> i64 {
+        tls.map_or(0, |tls| tls.current().own.not_after_seconds())
     }
 
     /// Whether the revocation list last read names `identity`'s certificate.
@@ -587,7 +599,7 @@ mod tests {
         let a = Tls::load(&dir.path().join("a")).unwrap();
         let b = Tls::load(&dir.path().join("b")).unwrap();
         let aes_128 = CipherSuite::TLS13_AES_128_GCM_SHA256;
-        assert_eq!(negotiated(a.client.clone(), b.server.clone()), aes_128);
+        assert_eq!(negotiated(a.client(), b.server()), aes_128);
 
         // rustls's own order (AES-256 first), as another TLS library may have.
         let files = Files::in_folder(&dir.path().join("a"));
@@ -604,7 +616,7 @@ mod tests {
             .with_root_certificates(roots)
             .with_client_auth_cert(chain, key)
             .unwrap();
-        assert_eq!(negotiated(Arc::new(other), b.server.clone()), aes_128);
+        assert_eq!(negotiated(Arc::new(other), b.server()), aes_128);
     }
 
     #[test]

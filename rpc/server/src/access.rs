@@ -91,7 +91,7 @@ pub(crate) fn require(tls: Option<&Tls>, role: Role) -> Result<(), crate::Error>
     }
     Err(crate::Error::WrongRole {
         cert: tls.cert().to_owned(),
-        identity,
+        identity: Box::new(identity),
         needs: role,
     })
 }

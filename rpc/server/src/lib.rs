@@ -79,7 +79,7 @@ pub enum Error {
         /// The certificate file.
         cert: std::path::PathBuf,
         /// Who it says its holder is.
-        identity: tls::Identity,
+        identity: Box<tls::Identity>,
         /// The role the process needs.
         needs: tls::Role,
     },

@@ -1,20 +1,29 @@
 //! `bitfold status`: each slave, up or down and since when, vectors, bytes
-//! stored, and the bytes its folds read and it sent since it started.
+//! stored, and the bytes its folds read and it sent since it started; and,
+//! over TLS, a warning for each certificate in use that expires soon.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::cli::StatusArgs;
 
+/// How long before a certificate in use expires `status` warns of it.
+const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
+
 /// Runs `bitfold status`; succeeds whenever the master answers, whatever the slaves' state.
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let client = super::connect(&args.master, args.tls.as_deref())?;
-    let slaves = client.status()?;
+    let tls = super::load_tls(args.tls.as_deref())?;
+    let client = match &tls {
+        Some(tls) => bitfold_client::Client::connect_tls(&args.master, tls)?,
+        None => bitfold_client::Client::connect(&args.master)?,
+    };
+    let status = client.full_status()?;
+    let slaves = &status.slaves;
     let now = SystemTime::now();
     println!(
         "{:<8} {:<22} {:<26} {:>10} {:>12} {:>14} {:>14}",
         "SLAVE", "ADDRESS", "STATE", "VECTORS", "BYTES", "READ", "SENT"
     );
-    for slave in &slaves {
+    for slave in slaves {
         let age = now.duration_since(slave.since).unwrap_or_default();
         let state = format!(
             "{} for {}",
@@ -50,7 +59,32 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
             ""
         }
     );
+    let own = tls.map(|tls| (format!("this client ({})", tls.cert().display()), tls));
+    let own = own.map(|(name, tls)| (name, tls.identity().not_after));
+    for (holder, expires) in status.certificates().into_iter().chain(own) {
+        if let Some(warning) = expiry_warning(&holder, expires, now) {
+            println!("{warning}");
+        }
+    }
     Ok(())
+}
+
+/// A warning if the certificate of `holder` expires within
+/// [`EXPIRY_WARNING`] of `now` (or has expired).
+fn expiry_warning(holder: &str, expires: SystemTime, now: SystemTime) -> Option<String> {
+    let fix = "issue a new one with `bitfold certs issue` and put it in place: servers \
+               reload it within seconds";
+    match expires.duration_since(now) {
+        Ok(left) if left <= EXPIRY_WARNING => Some(format!(
+            "warning: the certificate of {holder} expires in {}: {fix}",
+            human_duration(left),
+        )),
+        Ok(_) => None,
+        Err(ago) => Some(format!(
+            "warning: the certificate of {holder} expired {} ago: {fix}",
+            human_duration(ago.duration())
+        )),
+    }
 }
 
 /// `4s`, `3m12s`, `2h05m`, `3d04h`.
@@ -66,7 +100,7 @@ fn human_duration(age: std::time::Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::human_duration;
+    use super::{expiry_warning, human_duration};
     use std::time::Duration;
 
     #[test]
@@ -75,5 +109,17 @@ mod tests {
         assert_eq!(human_duration(Duration::from_secs(192)), "3m12s");
         assert_eq!(human_duration(Duration::from_secs(7500)), "2h05m");
         assert_eq!(human_duration(Duration::from_secs(273_600)), "3d04h");
+    }
+
+    #[test]
+    fn a_certificate_is_warned_of_from_14_days_before_it_expires() {
+        let now = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let day = Duration::from_secs(24 * 3600);
+        assert_eq!(expiry_warning("s0", now + 15 * day, now), None);
+        let soon = expiry_warning("s0", now + 14 * day, now).unwrap();
+        assert!(soon.contains("s0 expires in 14d00h"), "{soon}");
+        assert!(soon.contains("bitfold certs issue"), "{soon}");
+        let past = expiry_warning("master", now - day, now).unwrap();
+        assert!(past.contains("master expired 1d00h ago"), "{past}");
     }
 }

@@ -95,6 +95,7 @@ impl Master {
             bytes: h.get_bytes(),
             read_bytes: h.get_read_bytes(),
             sent_bytes: h.get_sent_bytes(),
+            certificate_not_after: h.get_certificate_not_after(),
         });
         let seen = response.get().and_then(|h| h.get_state()).map(|s| Seen {
             store: s.get_store(),
@@ -341,6 +342,9 @@ impl Master {
             out.set_read_bytes(state.holdings.read_bytes);
             out.set_sent_bytes(state.holdings.sent_bytes);
             out.set_reason(state.reason.as_deref().unwrap_or(""));
+            out.set_certificate_not_after(state.holdings.certificate_not_after);
         }
+        let own = crate::tls::Tls::not_after_seconds(self.options.tls.as_ref());
+        results.get().set_certificate_not_after(own);
     }
 }

@@ -19,6 +19,8 @@ pub(super) struct Holdings {
     pub(super) read_bytes: u64,
     /// Bytes it has sent to other processes since it started.
     pub(super) sent_bytes: u64,
+    /// When its TLS certificate expires (Unix seconds; 0 without TLS).
+    pub(super) certificate_not_after: i64,
 }
 
 /// What the master knows of one slave.

@@ -111,6 +111,7 @@ pub fn serve_store(
             session: new_session(),
             staged: RefCell::default(),
             pool: Pool::new(sent.clone(), options.tls.clone()),
+            tls: options.tls.clone(),
             max_budget: options.max_budget,
             read: Cell::new(0),
             sent: sent.clone(),
@@ -154,6 +155,8 @@ pub(crate) struct Slave {
     /// Imports written but not yet applied, by stamp, until their `commit`.
     staged: RefCell<BTreeMap<Stamp, Staged>>,
     pub(crate) pool: Pool,
+    /// Its TLS configuration, for its certificate's expiry in `health`.
+    tls: Option<Tls>,
     pub(crate) max_budget: Duration,
     /// Bytes of stored vectors its folds have read.
     read: Cell<u64>,
@@ -371,6 +374,7 @@ impl slave::Server for Slave {
         answer.set_bytes(snapshot.byte_size());
         answer.set_read_bytes(self.read.get());
         answer.set_sent_bytes(self.sent.bytes());
+        answer.set_certificate_not_after(Tls::not_after_seconds(self.tls.as_ref()));
         self.write_state(answer.init_state());
         std::future::ready(Ok(()))
     }
