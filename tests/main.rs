@@ -15,6 +15,7 @@ mod index;
 mod limits;
 mod membership;
 mod metrics;
+mod roles;
 mod sample;
 mod tls;
 mod updates;
