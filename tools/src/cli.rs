@@ -177,10 +177,12 @@ pub struct UpArgs {
     /// its plan and each machine's hop (bytes read and sent, time).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub slow: Option<Duration>,
-    /// Run every link with mutual TLS, writing a cluster CA and a
-    /// certificate per process under DIR/tls/ (kept for later runs) and a
-    /// `[tls]` table naming the master's in DIR/cluster.toml; a client then
-    /// passes `--tls DIR/tls/client`.
+    /// Run every link with mutual TLS. The first run writes under DIR/tls/ a
+    /// kept cluster CA (`ca/`, for `bitfold certs --ca DIR/tls/ca`), a TLS
+    /// folder per process (`master/`, one per slave) and two for clients:
+    /// `--tls DIR/tls/admin` for any command, `--tls DIR/tls/reader` for
+    /// queries and status; and a `[tls]` table naming the master's files in
+    /// DIR/cluster.toml. Later runs reuse them, issuing a folder for any slave added.
     #[arg(long)]
     pub tls: bool,
 }

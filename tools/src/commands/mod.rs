@@ -16,7 +16,7 @@ mod up;
 use std::path::Path;
 
 use bitfold_client::Client;
-use bitfold_net::tls::Tls;
+use bitfold_net::tls::{Role, Tls};
 
 use crate::cli::Command;
 
@@ -49,4 +49,14 @@ pub fn connect(addr: &str, tls: Option<&Path>) -> anyhow::Result<Client> {
         Some(tls) => Client::connect_tls(addr, &tls)?,
         None => Client::connect(addr)?,
     })
+}
+
+/// `a slave`, `an admin`: the role with its article.
+pub fn a_role(role: Role) -> String {
+    let article = if role.name().starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    format!("{article} {role}")
 }
