@@ -9,6 +9,9 @@ use bitfold_server::master::{CoordinatorPolicy, PlanChoice};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod certs;
+pub use certs::{CertsArgs, CertsCommand};
+
 /// The master's address when `--master` is left out.
 pub const DEFAULT_MASTER: &str = "127.0.0.1:7100";
 
@@ -87,6 +90,14 @@ pub enum Command {
     /// vectors the queries had to read per second. The same seed gives the
     /// same vectors and queries on every run.
     Bench(BenchArgs),
+    /// Make and manage a cluster's certificates: a kept CA, certificates that name a role and expire, revocation.
+    ///
+    /// A cluster that runs mutual TLS trusts one CA. `init` makes it and
+    /// keeps it in CA_DIR; `issue` writes the TLS folder of one process or
+    /// client (`--tls DIR` of every command); `revoke` takes certificates
+    /// back through the CA's revocation list (crl.pem); `list` shows them.
+    /// `bitfold up --tls` keeps its CA in DIR/tls/ca.
+    Certs(CertsArgs),
 }
 
 /// `bitfold slave`.

@@ -1,6 +1,7 @@
 //! One module per command; `run` dispatches.
 
 mod bench;
+mod certs;
 mod delete;
 mod demo;
 mod import;
@@ -35,6 +36,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Rebalance(args) => rebalance::run(args),
         Command::Sample(args) => sample::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Certs(args) => certs::run(args),
     }
 }
 
