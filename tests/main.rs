@@ -6,6 +6,7 @@ mod oracle;
 mod util;
 
 mod bench;
+mod certs;
 mod cli;
 mod cluster;
 mod exactness;

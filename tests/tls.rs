@@ -55,7 +55,7 @@ fn import_over_tls(master: &str, tls: &Path, oracle: &Oracle, dir: &Path) {
 fn a_tls_cluster_answers_tls_clients_exactly_across_slaves() {
     let dir = tempfile::tempdir().unwrap();
     let (_up, master) = tls_cluster(&dir.path().join("cluster"));
-    let client_tls = dir.path().join("cluster/tls/client");
+    let client_tls = dir.path().join("cluster/tls/admin");
 
     // Vectors of 2^23 bits are cut into 8 pieces, each placed on its own,
     // so on different slaves: a range query over them runs on several.
@@ -112,12 +112,14 @@ fn a_tls_cluster_answers_tls_clients_exactly_across_slaves() {
             );
         }
     }
+    // A reader's folder is enough to query.
+    let reader_tls = dir.path().join("cluster/tls/reader");
     let point = bitfold(&[
         "query",
         "--master",
         &master,
         "--tls",
-        client_tls.to_str().unwrap(),
+        reader_tls.to_str().unwrap(),
         "--output",
         "count",
         "P:194",
@@ -151,7 +153,7 @@ fn a_peer_without_a_certificate_of_the_cluster_ca_is_refused_clearly() {
         "--master",
         &master,
         "--tls",
-        cluster.join("tls/client").to_str().unwrap(),
+        cluster.join("tls/reader").to_str().unwrap(),
     ]))
     .lines()
     .find(|line| line.starts_with("s0 "))
@@ -167,8 +169,8 @@ fn a_peer_without_a_certificate_of_the_cluster_ca_is_refused_clearly() {
 
     // Another cluster's certificates: the client refuses the master's.
     let other = dir.path().join("other");
-    bitfold_certs::generate(&other, &["client"]).unwrap();
-    let other_client = other.join("client");
+    bitfold_certs::cluster_set(&other, &[]).unwrap();
+    let other_client = other.join("reader");
     let run = bitfold(&[
         "query",
         "--master",
@@ -191,7 +193,7 @@ fn a_peer_without_a_certificate_of_the_cluster_ca_is_refused_clearly() {
     // master refuses the client.
     let mixed = dir.path().join("mixed");
     fs::create_dir(&mixed).unwrap();
-    fs::copy(cluster.join("tls/ca.pem"), mixed.join("ca.pem")).unwrap();
+    fs::copy(cluster.join("tls/ca/ca.pem"), mixed.join("ca.pem")).unwrap();
     for file in ["cert.pem", "key.pem"] {
         fs::copy(other_client.join(file), mixed.join(file)).unwrap();
     }
@@ -226,7 +228,7 @@ fn a_peer_without_a_certificate_of_the_cluster_ca_is_refused_clearly() {
 fn the_master_takes_its_certificates_from_the_cluster_file_unless_given_tls() {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
-    bitfold_certs::generate(&certs, &["master", "s0", "s1", "client"]).unwrap();
+    bitfold_certs::cluster_set(&certs, &["s0", "s1"]).unwrap();
     let slave = |name: &str| {
         let args: Vec<String> = [
             "slave",
@@ -254,7 +256,7 @@ fn the_master_takes_its_certificates_from_the_cluster_file_unless_given_tls() {
         }
         // Relative to the cluster file's folder.
         text.push_str(&format!(
-            "[tls]\nca = \"certs/ca.pem\"\ncert = \"certs/master/cert.pem\"\nkey = \"{key}\"\n"
+            "[tls]\nca = \"certs/ca/ca.pem\"\ncert = \"certs/master/cert.pem\"\nkey = \"{key}\"\n"
         ));
         fs::write(&cluster_file, text).unwrap();
     };
@@ -295,7 +297,7 @@ fn the_master_takes_its_certificates_from_the_cluster_file_unless_given_tls() {
         &master_args(&["--tls", certs.join("master").to_str().unwrap()]),
     )
     .expect("the master starts with --tls");
-    let client_tls = Tls::load(&certs.join("client")).unwrap();
+    let client_tls = Tls::load(&certs.join("admin")).unwrap();
     let client = Client::connect_tls(&master.addr, &client_tls).unwrap();
     assert_eq!(client.status().unwrap().len(), 2);
     drop(client);
@@ -311,9 +313,40 @@ fn the_master_takes_its_certificates_from_the_cluster_file_unless_given_tls() {
     for vid in 0..20u64 {
         oracle.add(vid, (0..100).map(|_| rng.below(1 << 16) as u32));
     }
-    import_over_tls(&master.addr, &certs.join("client"), &oracle, dir.path());
+    import_over_tls(&master.addr, &certs.join("admin"), &oracle, dir.path());
     assert_answer(&client, "R:0-19", &oracle.range(&[(0, 19)]));
     assert_answer(&client, "R:0-9&5-19", &oracle.range(&[(0, 9), (5, 19)]));
     let plain = bitfold(&["query", "--master", &master.addr, "R:0-9"]);
     assert_eq!(plain.status.code(), Some(5), "{}", stderr(&plain));
+}
+
+#[test]
+fn up_tls_on_the_tls_folder_of_an_earlier_bitfold_says_how_to_move_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = dir.path().join("tls");
+    // What `up --tls` wrote before the CA was kept: no `ca/`, a `client/`.
+    for folder in ["master", "s0", "client"] {
+        fs::create_dir_all(tls.join(folder)).unwrap();
+    }
+    fs::write(tls.join("ca.pem"), "").unwrap();
+    let run = bitfold(&[
+        "up",
+        "--tls",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--port",
+        &free_port_block().to_string(),
+        "--slaves",
+        "1",
+    ]);
+    assert_fails_with(
+        &run,
+        1,
+        &format!(
+            "{0} holds TLS folders of an earlier bitfold (a `client` folder, or no kept CA in \
+             `ca/`): remove {0} to have a new set made, whose clients use `admin/` (any command) \
+             or `reader/` (queries only)",
+            tls.display()
+        ),
+    );
 }

@@ -15,8 +15,8 @@ check every answer against sets computed here:
 
 The rest runs twice: over plain TCP, and over mutual TLS to a cluster
 started by `bitfold up --tls` (the client given the folder
-`DIR/tls/client`), which also refuses a client without a certificate and a
-plain client.
+`DIR/tls/admin`, since it imports, clears and deletes), which also refuses a
+client without a certificate and a plain client.
 
 The cluster (slaves + master) is started from the `bitfold` binary named by
 $BITFOLD_BIN (default: target/debug/bitfold) on free loopback ports and
@@ -568,7 +568,7 @@ class TlsDbmsTest(DbmsTest):
             cls.servers,
             tmp / "up.log",
         )
-        cls.tls = tmp / "cluster" / "tls" / "client"
+        cls.tls = tmp / "cluster" / "tls" / "admin"
 
     def test_a_client_without_a_certificate_is_refused(self):
         """A TLS client that trusts the CA but presents no certificate

@@ -9,6 +9,9 @@ use bitfold_server::master::{CoordinatorPolicy, PlanChoice};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod certs;
+pub use certs::{CertsArgs, CertsCommand};
+
 /// The master's address when `--master` is left out.
 pub const DEFAULT_MASTER: &str = "127.0.0.1:7100";
 
@@ -88,6 +91,14 @@ pub enum Command {
     /// vectors the queries had to read per second. The same seed gives the
     /// same vectors and queries on every run.
     Bench(BenchArgs),
+    /// Make and manage a cluster's certificates: a kept CA, certificates that name a role and expire, revocation.
+    ///
+    /// A cluster that runs mutual TLS trusts one CA. `init` makes it and
+    /// keeps it in CA_DIR; `issue` writes the TLS folder of one process or
+    /// client (`--tls DIR` of every command); `revoke` takes certificates
+    /// back through the CA's revocation list (crl.pem); `list` shows them.
+    /// `bitfold up --tls` keeps its CA in DIR/tls/ca.
+    Certs(CertsArgs),
 }
 
 /// `bitfold slave`.
@@ -178,10 +189,12 @@ pub struct UpArgs {
     /// its plan and each machine's hop (bytes read and sent, time).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub slow: Option<Duration>,
-    /// Run every link with mutual TLS, writing a cluster CA and a
-    /// certificate per process under DIR/tls/ (kept for later runs) and a
-    /// `[tls]` table naming the master's in DIR/cluster.toml; a client then
-    /// passes `--tls DIR/tls/client`.
+    /// Run every link with mutual TLS. The first run writes under DIR/tls/ a
+    /// kept cluster CA (`ca/`, for `bitfold certs --ca DIR/tls/ca`), a TLS
+    /// folder per process (`master/`, one per slave) and two for clients:
+    /// `--tls DIR/tls/admin` for any command, `--tls DIR/tls/reader` for
+    /// queries and status; and a `[tls]` table naming the master's files in
+    /// DIR/cluster.toml. Later runs reuse them, issuing a folder for any slave added.
     #[arg(long)]
     pub tls: bool,
 }

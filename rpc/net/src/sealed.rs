@@ -741,7 +741,7 @@ mod tests {
 
     use super::*;
     use crate::tls::{self, Tls};
-    use bitfold_certs::generate;
+    use bitfold_certs::cluster_set;
 
     /// Two loopback sockets connected to each other: (dialled, accepted).
     async fn sockets() -> (TcpStream, TcpStream) {
@@ -756,11 +756,11 @@ mod tests {
     /// certificate of the other.
     fn configurations() -> [Tls; 4] {
         let dir = tempfile::tempdir().unwrap();
-        generate(&dir.path().join("ours"), &["a", "b"]).unwrap();
-        generate(&dir.path().join("theirs"), &["c"]).unwrap();
+        cluster_set(&dir.path().join("ours"), &["a", "b"]).unwrap();
+        cluster_set(&dir.path().join("theirs"), &["c"]).unwrap();
         let load = |path: &str| Tls::load(&dir.path().join(path)).unwrap();
         let mixed = tls::Files {
-            ca: dir.path().join("ours/ca.pem"),
+            ca: dir.path().join("ours/ca/ca.pem"),
             ..tls::Files::in_folder(&dir.path().join("theirs/c"))
         };
         [

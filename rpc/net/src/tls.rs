@@ -550,14 +550,14 @@ fn provider() -> CryptoProvider {
 
 #[cfg(test)]
 mod tests {
-    use bitfold_certs::generate;
+    use bitfold_certs::cluster_set;
 
     use super::*;
 
     #[test]
     fn generated_folders_load_and_a_missing_file_is_named() {
         let dir = tempfile::tempdir().unwrap();
-        generate(dir.path(), &["master", "s0"]).unwrap();
+        cluster_set(dir.path(), &["s0"]).unwrap();
         let tls = Tls::load(&dir.path().join("s0")).unwrap();
         assert_eq!(tls.ca(), dir.path().join("s0").join(CA_FILE));
 
@@ -595,7 +595,7 @@ mod tests {
     #[test]
     fn links_run_aes_128_gcm_even_with_a_client_that_prefers_aes_256() {
         let dir = tempfile::tempdir().unwrap();
-        generate(dir.path(), &["a", "b"]).unwrap();
+        cluster_set(dir.path(), &["a", "b"]).unwrap();
         let a = Tls::load(&dir.path().join("a")).unwrap();
         let b = Tls::load(&dir.path().join("b")).unwrap();
         let aes_128 = CipherSuite::TLS13_AES_128_GCM_SHA256;
@@ -622,7 +622,7 @@ mod tests {
     #[test]
     fn a_key_that_does_not_match_the_certificate_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        generate(dir.path(), &["a", "b"]).unwrap();
+        cluster_set(dir.path(), &["a", "b"]).unwrap();
         fs::copy(dir.path().join("b/key.pem"), dir.path().join("a/key.pem")).unwrap();
         let err = Tls::load(&dir.path().join("a")).unwrap_err();
         assert!(matches!(err, TlsError::Unusable { .. }), "{err}");

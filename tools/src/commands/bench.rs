@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::demo::read_vectors;
 use super::import::{Action, Destination, import_paths};
 use super::load_tls;
-use super::local::{CLIENT_TLS, generate_tls, numbered_cluster};
+use super::local::{cluster_tls, numbered_cluster};
 use crate::cli::BenchArgs;
 use bitfold_workload::dataset::{self, DataSet, Shape, part_bytes};
 use bitfold_workload::harness::{self, BenchSettings, Limit, Measured, Reply, process_cpu};
@@ -104,7 +104,7 @@ impl Prepared {
                 let (policy, plan) = (args.policy, args.plan);
                 if args.tls {
                     let folder = dir.path().join("tls");
-                    generate_tls(&folder, &config)?;
+                    cluster_tls(&folder, &config)?;
                     tls_folder = Some(folder);
                 }
                 let started = local.insert(LocalCluster::start_tls(
@@ -132,7 +132,8 @@ impl Prepared {
                 (started.master_addr().to_string(), description)
             }
         };
-        let client_tls = load_tls(tls_folder.map(|f| f.join(CLIENT_TLS)).as_deref())?;
+        // It loads the data set as well as querying: the admin's folder.
+        let client_tls = load_tls(tls_folder.map(|f| f.join(bitfold_certs::ADMIN)).as_deref())?;
         let mut prepared = Prepared {
             _local: local,
             _dir: dir,

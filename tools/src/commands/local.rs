@@ -6,20 +6,18 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use bitfold_server::cluster::{ClusterConfig, SlaveEntry};
-use bitfold_server::local::MASTER_TLS;
 
-/// The TLS folder of a DBMS or `bitfold` command, among those [`generate_tls`] writes.
-pub const CLIENT_TLS: &str = "client";
-
-/// Writes a new cluster CA to `dir/ca.pem` and a TLS folder signed by it
-/// for each process of `cluster`: `dir/master`, `dir/NAME` for each slave,
-/// and `dir/client` for the DBMS and the `bitfold` commands.
-pub fn generate_tls(dir: &Path, cluster: &ClusterConfig) -> Result<(), bitfold_certs::Error> {
-    let names: Vec<&str> = [MASTER_TLS, CLIENT_TLS]
-        .into_iter()
-        .chain(cluster.slaves.iter().map(|s| s.name.as_str()))
-        .collect();
-    bitfold_certs::generate(dir, &names)
+/// The TLS folders of a local cluster under `dir` ([`bitfold_certs::cluster_set`]):
+/// the kept CA in `dir/ca`, `dir/master` and `dir/NAME` for each slave
+/// (the folders [`bitfold_server::local::LocalCluster`] reads), and
+/// `dir/admin` and `dir/reader` for clients. Where `dir/ca` holds a CA,
+/// only the folders missing are issued.
+pub fn cluster_tls(
+    dir: &Path,
+    cluster: &ClusterConfig,
+) -> Result<bitfold_certs::ClusterSet, bitfold_certs::Error> {
+    let slaves: Vec<&str> = cluster.slaves.iter().map(|s| s.name.as_str()).collect();
+    bitfold_certs::cluster_set(dir, &slaves)
 }
 
 /// A cluster file for `count` slaves named s0, s1, ... on consecutive ports
@@ -57,4 +55,12 @@ pub fn numbered_cluster(
         piece: bitfold_server::pieces::DEFAULT_PIECE,
         slaves,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_masters_folder_is_where_the_local_cluster_looks() {
+        assert_eq!(bitfold_certs::MASTER, bitfold_server::local::MASTER_TLS);
+    }
 }

@@ -1,6 +1,7 @@
 //! One module per command; `run` dispatches.
 
 mod bench;
+mod certs;
 mod delete;
 mod demo;
 mod import;
@@ -16,7 +17,7 @@ mod up;
 use std::path::Path;
 
 use bitfold_client::Client;
-use bitfold_net::tls::Tls;
+use bitfold_net::tls::{Role, Tls};
 
 use crate::cli::Command;
 
@@ -35,6 +36,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Rebalance(args) => rebalance::run(args),
         Command::Sample(args) => sample::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Certs(args) => certs::run(args),
     }
 }
 
@@ -49,4 +51,14 @@ pub fn connect(addr: &str, tls: Option<&Path>) -> anyhow::Result<Client> {
         Some(tls) => Client::connect_tls(addr, &tls)?,
         None => Client::connect(addr)?,
     })
+}
+
+/// `a slave`, `an admin`: the role with its article.
+pub fn a_role(role: Role) -> String {
+    let article = if role.name().starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    format!("{article} {role}")
 }

@@ -13,7 +13,7 @@ use bitfold_server::local::{LocalCluster, MASTER_TLS};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use super::local::{CLIENT_TLS, generate_tls, numbered_cluster};
+use super::local::{cluster_tls, numbered_cluster};
 use crate::cli::UpArgs;
 
 /// Starts the cluster described by `args` (or the one already in `--dir`) and serves until stopped.
@@ -64,8 +64,11 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
     println!("master listening on {}", local.master_addr());
     if let Some(tls) = &tls {
         println!(
-            "mutual TLS on every link; clients pass --tls {}",
-            tls.join(CLIENT_TLS).display()
+            "mutual TLS on every link; clients pass --tls {} (any command) or --tls {} \
+             (queries only); `bitfold certs list --ca {}` lists the certificates",
+            tls.join(bitfold_certs::ADMIN).display(),
+            tls.join(bitfold_certs::READER).display(),
+            tls.join(bitfold_certs::CLUSTER_CA).display(),
         );
     }
     if let Some((master, slaves)) = metrics.split_first() {
@@ -132,13 +135,24 @@ fn cluster_for(args: &UpArgs) -> anyhow::Result<ClusterConfig> {
 }
 
 /// The TLS folders of the cluster under `dir`: those of an earlier run
-/// with `--tls`, or new ones. The cluster file gets a `[tls]` table naming
-/// the master's, if it has none, so that `bitfold master --cluster` on it
-/// runs TLS too.
+/// with `--tls` (with a folder issued by its kept CA for each slave added
+/// since), or new ones. The cluster file gets a `[tls]` table naming the
+/// master's, if it has none, so that `bitfold master --cluster` on it runs
+/// TLS too.
 fn tls_for(dir: &Path, cluster: &ClusterConfig) -> anyhow::Result<PathBuf> {
     let tls = dir.join(TLS_FOLDER);
-    if !tls.join(CLIENT_TLS).exists() {
-        generate_tls(&tls, cluster)?;
+    let set = cluster_tls(&tls, cluster)?;
+    if !set.new_ca {
+        for issued in &set.issued {
+            println!(
+                "issued {} certificate for {} in {}, valid until {}, from the CA kept in {}",
+                super::a_role(issued.role),
+                issued.name,
+                issued.folder.display(),
+                bitfold_certs::utc(issued.not_after),
+                tls.join(bitfold_certs::CLUSTER_CA).display()
+            );
+        }
     }
     let path = cluster_file(dir);
     let mut file = ClusterFile::load(&path)?;

@@ -81,7 +81,8 @@ def tls_context(folder: Union[str, os.PathLike]) -> ssl.SSLContext:
             raise Error(
                 "badArgument",
                 f"cannot read {path}: no such file (a TLS folder holds {CA_FILE}, {CERT_FILE} "
-                f"and {KEY_FILE}; `bitfold up --tls` writes one for clients in DIR/tls/client)",
+                f"and {KEY_FILE}; `bitfold up --tls` writes DIR/tls/admin and DIR/tls/reader "
+                "for clients)",
             )
     try:
         context = ssl.create_default_context(cafile=str(files[CA_FILE]))
@@ -290,7 +291,7 @@ class Client:
     connection fails or the master drops it, tries the next ones in turn,
     each once per call. ``tls`` is a TLS folder as ``bitfold ... --tls DIR``
     takes it (``ca.pem``, ``cert.pem``, ``key.pem``; ``bitfold up --tls``
-    writes one in ``DIR/tls/client``) for a cluster that runs mutual TLS;
+    writes ``DIR/tls/admin`` and ``DIR/tls/reader``) for a cluster that runs mutual TLS;
     without it the connection is plain TCP. ``timeout`` bounds each call,
     in seconds.
 
