@@ -759,8 +759,11 @@ mod tests {
         cluster_set(&dir.path().join("ours"), &["a", "b"]).unwrap();
         cluster_set(&dir.path().join("theirs"), &["c"]).unwrap();
         let load = |path: &str| Tls::load(&dir.path().join(path)).unwrap();
+        // Trusts our CA with their certificate (and no revocation list:
+        // theirs is not our CA's, and a list from another CA fails closed).
         let mixed = tls::Files {
             ca: dir.path().join("ours/ca/ca.pem"),
+            crl: None,
             ..tls::Files::in_folder(&dir.path().join("theirs/c"))
         };
         [
