@@ -99,6 +99,12 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether the master refused the call for the caller's role.
+fn is_forbidden(err: &anyhow::Error) -> bool {
+    err.downcast_ref::<bitfold_client::Error>()
+        .is_some_and(|e| e.kind() == Some(bitfold_client::ErrorKind::Forbidden))
+}
+
 /// `--format` as given, or guessed: roaring when every path is a directory or a `.roaring` file.
 pub fn resolve_format(format: Option<InputFormat>, paths: &[PathBuf]) -> Format {
     match format {
@@ -159,6 +165,8 @@ pub fn import_paths(
     )
     .map_err(|err| match err {
         ReadError::Input(err) => anyhow::Error::from(err),
+        // A refused call changed nothing, and every other batch would be refused alike.
+        ReadError::Sink(err) if is_forbidden(&err) => err,
         ReadError::Sink(err) => err.context(
             "the import stopped part way; what was sent is kept, and running it again is safe",
         ),
