@@ -14,9 +14,11 @@ check every answer against sets computed here:
   stays usable by a DBMS that has only the schema.
 
 The rest runs twice: over plain TCP, and over mutual TLS to a cluster
-started by `bitfold up --tls` (the client given the folder
-`DIR/tls/admin`, since it imports, clears and deletes), which also refuses a
-client without a certificate and a plain client.
+started by `bitfold up --tls`: queries with a `reader` certificate
+(`DIR/tls/reader`), imports, clears and deletes with an `admin` one
+(`DIR/tls/admin`), OpenSSL on the client side; the cluster refuses a
+reader's writes as `forbidden`, a client without a certificate and a plain
+client.
 
 The cluster (slaves + master) is started from the `bitfold` binary named by
 $BITFOLD_BIN (default: target/debug/bitfold) on free loopback ports and
@@ -177,19 +179,24 @@ def words_to_bits(data):
 class DbmsTest(unittest.TestCase):
     """Over plain TCP, to a master and slaves started one by one."""
 
-    # The `--tls` folder of the client (the cluster runs mutual TLS), or None.
+    # The `--tls` folder of the client that queries (the cluster runs mutual
+    # TLS), or None.
     tls = None
+    # The `--tls` folder of the client that writes, or None.
+    admin_tls = None
 
     @classmethod
     def setUpClass(cls):
         cls.servers = []
         cls.client = None
+        cls.writer = None
         cls.tmp = tempfile.TemporaryDirectory()
         try:
             tmp = Path(cls.tmp.name)
             cls._start_servers(tmp)
             cls._import(tmp)
             cls.client = bitfold_client.Client(cls.master, tls=cls.tls)
+            cls.writer = bitfold_client.Client(cls.master, tls=cls.admin_tls or cls.tls)
         except BaseException:
             cls.tearDownClass()
             raise
@@ -230,7 +237,8 @@ class DbmsTest(unittest.TestCase):
             cls.vectors[vid] = bits
         lines = ["# vid,bit"] + [f"{v},{b}" for v, bits in cls.vectors.items() for b in sorted(bits)]
         (tmp / "vectors.csv").write_text("\n".join(lines) + "\n")
-        tls = ["--tls", str(cls.tls)] if cls.tls else []
+        admin = cls.admin_tls or cls.tls
+        tls = ["--tls", str(admin)] if admin else []
         run = subprocess.run(
             [str(BINARY), "import", "--master", cls.master, *tls, str(tmp / "vectors.csv")],
             capture_output=True,
@@ -241,8 +249,9 @@ class DbmsTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        if cls.client is not None:
-            cls.client.close()
+        for client in [cls.client, cls.writer]:
+            if client is not None:
+                client.close()
         for server in cls.servers:
             server.stop()
         cls.tmp.cleanup()
@@ -310,7 +319,7 @@ class DbmsTest(unittest.TestCase):
         self.assertIn("'count', 'bitmap' or 'positions'", unknown.message)
 
     def test_imports_clears_and_deletes(self):
-        client = self.client
+        client = self.writer
         rng = random.Random(11)
         dense = set(range(0, 70_000, 3))  # two containers of over 256 bits
         spread = set(rng.sample(range(1 << 32), 300))  # sparse containers, up to 2^32
@@ -370,12 +379,12 @@ class DbmsTest(unittest.TestCase):
             parts = bitfold_vectors.vector_parts(BitMap(vectors[WRITES + 100]))
             self.assertEqual(len(parts), 3)  # 5 dense containers
             self.assertEqual(len(bitfold_vectors.batches(bitfold_vectors.encode_vectors(vectors))), 5)
-            self.assertEqual(self.client.import_vectors(vectors), 5)
+            self.assertEqual(self.writer.import_vectors(vectors), 5)
             self.vectors.update(vectors)
             for vid in vectors:
                 self.check(f"P:{vid}", self.vectors[vid])
             gone = set(range(0, 300_000, 6))
-            changed = self.client.clear({vid: gone for vid in vectors})
+            changed = self.writer.clear({vid: gone for vid in vectors})
         losing = [vid for vid in vectors if vectors[vid] & gone]
         for vid in vectors:
             self.vectors[vid] = vectors[vid] - gone
@@ -568,7 +577,21 @@ class TlsDbmsTest(DbmsTest):
             cls.servers,
             tmp / "up.log",
         )
-        cls.tls = tmp / "cluster" / "tls" / "admin"
+        cls.tls = tmp / "cluster" / "tls" / "reader"
+        cls.admin_tls = tmp / "cluster" / "tls" / "admin"
+
+    def test_a_reader_may_query_but_not_write(self):
+        """A `reader` certificate queries; its imports, clears and deletes
+        are refused as `forbidden`, naming the role they need, and change
+        nothing."""
+        vid = WRITES + 900
+        refused = self.assert_fails("forbidden", self.client.import_vectors, {vid: [1]})
+        self.assertIn("needs an admin certificate", refused.message)
+        self.assertIn('the reader certificate "reader"', refused.message)
+        self.assert_fails("forbidden", self.client.clear, {0: [1]})
+        self.assert_fails("forbidden", self.client.delete, [(0, TOP)])
+        self.assert_fails("notFound", self.client.query, f"P:{vid}")
+        self.check("P:0", self.vectors[0])
 
     def test_a_client_without_a_certificate_is_refused(self):
         """A TLS client that trusts the CA but presents no certificate
