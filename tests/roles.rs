@@ -20,7 +20,7 @@ use crate::util::{Server, bitfold, free_port_block, stderr};
 /// A `bitfold up --tls` cluster of two slaves: the process, its TLS folder
 /// (`DIR/tls`) and the master's and slaves' addresses.
 struct TlsCluster {
-    up: Server,
+    _up: Server,
     tls: PathBuf,
     master: String,
     slaves: Vec<String>,
@@ -38,7 +38,7 @@ impl TlsCluster {
         let slaves = (1..=2).map(|i| format!("127.0.0.1:{}", port + i)).collect();
         TlsCluster {
             master: up.addr.clone(),
-            up,
+            _up: up,
             tls: dir.join("tls"),
             slaves,
         }
