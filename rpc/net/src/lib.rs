@@ -32,13 +32,17 @@ use tokio::task::JoinHandle;
 
 use bitfold_proto::bitfold_capnp::slave;
 
+use crate::refusals::Refusals;
 use crate::tls::{Identity, Role, Tls};
 
+pub use handshake::{TlsStream, accept_tls};
 pub use received::keep as keep_received;
 
 pub mod framing;
+mod handshake;
 mod received;
 mod record;
+mod refusals;
 mod sealed;
 pub mod tls;
 mod vat;
@@ -194,8 +198,8 @@ pub struct Peer {
 }
 
 /// Serves every connection accepted on `listener`, forever, the capability
-/// `serve` gives its peer (or, if `serve` refuses it, closes it, logging
-/// why), counting what they send in `sent`; at most
+/// `serve` gives its peer (or, if `serve` refuses it, closes it at once,
+/// logging why at most once a minute per peer address), counting what they send in `sent`; at most
 /// [`MAX_CONNECTIONS_PER_PEER`] connections of one peer are served at a
 /// time. With `tls`, a connection is served only once its client presented
 /// a certificate the cluster's CA signed and did not revoke, naming a role;
@@ -249,6 +253,7 @@ async fn accept_at_most(
     most: usize,
 ) {
     let open: Open = Rc::default();
+    let refusals = Rc::new(RefCell::new(Refusals::default()));
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
@@ -282,41 +287,32 @@ async fn accept_at_most(
                         Ok(served) => {
                             start(plain(stream, Side::Server, sent.clone()), served, held)
                         }
-                        Err(why) => tracing::warn!("refused a connection from {peer}: {why}"),
+                        Err(why) => refusals.borrow_mut().log(peer, &why),
                     }
                     continue;
                 };
-                let handshake = sealed::accept(tls.server(), stream);
                 let sent = sent.clone();
                 let serve = serve.clone();
+                let refusals = refusals.clone();
+                let tls = tls.clone();
                 tokio::task::spawn_local(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
-                        Ok(Ok(stream)) => {
-                            let served = too_many.ok_or(()).or_else(|()| {
-                                let identity = peer_identity(&stream)?;
-                                tracing::debug!(%peer, "accepted a connection from {identity}");
-                                serve(&Peer {
-                                    addr: peer,
-                                    identity: Some(identity),
-                                })
-                            });
-                            match served {
-                                Ok(served) => {
-                                    start(encrypted(stream, Side::Server, sent), served, held);
-                                }
-                                Err(why) => {
-                                    tracing::warn!("refused a connection from {peer}: {why}");
-                                }
-                            }
+                    let (stream, identity) = match handshake::accept(&tls, stream).await {
+                        Ok(accepted) => accepted,
+                        Err(why) => {
+                            tracing::warn!("refused a connection from {peer}: {why}");
+                            return;
                         }
-                        Ok(Err(err)) => tracing::warn!(
-                            "refused a connection from {peer}: {}",
-                            handshake_failure(&err, End::Server, None)
-                        ),
-                        Err(_) => tracing::warn!(
-                            "refused a connection from {peer}: no TLS handshake within {}",
-                            seconds(HANDSHAKE_TIMEOUT)
-                        ),
+                    };
+                    tracing::debug!(%peer, "accepted a connection from {identity}");
+                    let served = too_many.ok_or(()).or_else(|()| {
+                        serve(&Peer {
+                            addr: peer,
+                            identity: Some(identity),
+                        })
+                    });
+                    match served {
+                        Ok(served) => start(encrypted(stream, Side::Server, sent), served, held),
+                        Err(why) => refusals.borrow_mut().log(peer, &why),
                     }
                 });
             }
