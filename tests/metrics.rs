@@ -2,7 +2,9 @@
 //! HTTP move by exactly the queries run, per kind and outcome; the slaves'
 //! byte and store counters grow; the master's slaves-up gauge follows a
 //! killed slave; a slow query is logged with its coordinator and machines,
-//! and in both plans with the bytes and time of each machine's hop.
+//! and in both plans with the bytes and time of each machine's hop. With
+//! `--tls` the pages are HTTPS, only to a client certificate of the
+//! cluster's CA that it has not revoked.
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -284,6 +286,127 @@ fn up_serves_metrics_for_its_master_and_each_slave_on_the_ports_after() {
         coordinated, 1.0,
         "one slave coordinated the one range query"
     );
+}
+
+/// `GET /metrics` at `addr` over TLS, as Prometheus scrapes with
+/// `tls_config`: trusting `folder`'s `ca.pem`, presenting its `cert.pem`
+/// and `key.pem` if `present`, asking for the server name `bitfold`
+/// (Python's `ssl`, as an outside scraper). The response, or how it failed.
+fn scrape_tls(addr: &str, folder: &Path, present: bool) -> Result<String, String> {
+    const SCRAPE: &str = r#"
+import socket, ssl, sys
+host, port, folder, present = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
+context = ssl.create_default_context(cafile=folder + "/ca.pem")
+if present:
+    context.load_cert_chain(folder + "/cert.pem", folder + "/key.pem")
+with socket.create_connection((host, port), timeout=20) as raw:
+    with context.wrap_socket(raw, server_hostname="bitfold") as tls:
+        tls.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        response = b""
+        while chunk := tls.recv(65536):
+            response += chunk
+sys.stdout.write(response.decode())
+"#;
+    let (host, port) = addr.rsplit_once(':').expect("HOST:PORT");
+    let run = std::process::Command::new("python3")
+        .args(["-c", SCRAPE, host, port, &folder.display().to_string()])
+        .arg(if present { "1" } else { "0" })
+        .output()
+        .expect("python3 runs");
+    let out = String::from_utf8_lossy(&run.stdout).into_owned();
+    if run.status.success() {
+        Ok(out)
+    } else {
+        Err(format!("{out}{}", String::from_utf8_lossy(&run.stderr)))
+    }
+}
+
+/// What a plain HTTP `GET /metrics` at `addr` reads back, however it ends.
+fn scrape_plain(addr: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+#[test]
+fn with_tls_metrics_are_https_to_a_client_certificate_of_the_cluster_ca_only() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let cluster = dir.path().join("cluster");
+    // The master at PORT, its slave at PORT + 1, their metrics after them.
+    let port = free_port_block();
+    let metrics = port + 2;
+    let args = [
+        "up",
+        "--tls",
+        "--slaves",
+        "1",
+        "--dir",
+        &cluster.display().to_string(),
+        "--port",
+        &port.to_string(),
+        "--metrics",
+        &format!("127.0.0.1:{metrics}"),
+    ]
+    .map(String::from);
+    let up = Server::start("master", &args).expect("up --tls starts");
+    let (master, slave) = (
+        format!("127.0.0.1:{metrics}"),
+        format!("127.0.0.1:{}", metrics + 1),
+    );
+    let tls = cluster.join("tls");
+    let printed = up.printed_once(|out| out.contains("server name bitfold"));
+    for line in [
+        format!("master metrics at https://{master}/metrics"),
+        format!("slave s0 metrics at https://{slave}/metrics"),
+        format!(
+            "metrics need a client certificate of the cluster's CA: scrape with {}'s ca.pem, \
+             cert.pem and key.pem, server name bitfold",
+            tls.join("reader").display()
+        ),
+    ] {
+        assert!(printed.contains(&line), "{line} in {printed}");
+    }
+
+    // A reader's or an admin's certificate gets each page.
+    let page = scrape_tls(&master, &tls.join("reader"), true).expect("a reader scrapes");
+    assert!(page.starts_with("HTTP/1.0 200 OK\r\n"), "{page}");
+    assert!(page.contains("bitfold_master_sent_bytes_total "), "{page}");
+    let page = scrape_tls(&slave, &tls.join("admin"), true).expect("an admin scrapes");
+    assert!(page.contains("bitfold_slave_store_vectors "), "{page}");
+
+    // Plain HTTP, or TLS without a certificate, gets nothing.
+    for addr in [&master, &slave] {
+        let plain = scrape_plain(addr);
+        assert!(
+            !plain.contains("HTTP/1.0") && !plain.contains("bitfold_"),
+            "{plain:?}"
+        );
+        let anonymous = scrape_tls(addr, &tls.join("reader"), false)
+            .expect_err("no page without a certificate");
+        assert!(!anonymous.contains("bitfold_"), "{anonymous}");
+    }
+
+    // Neither does a certificate the CA revoked, once the servers have
+    // re-read their folders (every 2 s).
+    let mut ca = bitfold_certs::Authority::open(&tls.join("ca")).unwrap();
+    let scraper = dir.path().join("scraper");
+    ca.issue(bitfold_net::tls::Role::Reader, "scraper", 1, &scraper)
+        .unwrap();
+    assert!(scrape_tls(&master, &scraper, true).is_ok());
+    ca.revoke("scraper").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while scrape_tls(&master, &scraper, true).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a revoked certificate still scrapes after 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(scrape_tls(&master, &tls.join("reader"), true).is_ok());
+    // The refusals are logged at debug only: nothing at the default level.
+    assert!(!up.log().contains("metrics scrape"), "{}", up.log());
 }
 
 /// The master's slow-query line for `query`, waiting (a bounded time) for

@@ -169,6 +169,8 @@ pub struct Server {
     pub addr: String,
     /// Everything it has written on stderr so far.
     log: Arc<Mutex<String>>,
+    /// Everything it has written on stdout so far.
+    printed: Arc<Mutex<String>>,
 }
 
 impl Server {
@@ -184,12 +186,17 @@ impl Server {
         let prefix = format!("{what} listening on ");
         let (tx, rx) = mpsc::channel();
         let stdout = child.stdout.take().expect("stdout is piped");
+        let printed = Arc::new(Mutex::new(String::new()));
+        let out = Arc::clone(&printed);
         thread::spawn(move || {
             // Keep draining the pipe for the life of the process so it never blocks.
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(addr) = line.strip_prefix(&prefix) {
                     let _ = tx.send(addr.trim().to_string());
                 }
+                let mut out = out.lock().unwrap();
+                out.push_str(&line);
+                out.push('\n');
             }
         });
         let log = Arc::new(Mutex::new(String::new()));
@@ -205,7 +212,12 @@ impl Server {
             drop(closed_tx);
         });
         match rx.recv_timeout(READY_TIMEOUT) {
-            Ok(addr) => Ok(Server { child, addr, log }),
+            Ok(addr) => Ok(Server {
+                child,
+                addr,
+                log,
+                printed,
+            }),
             Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -225,14 +237,13 @@ impl Server {
     /// or after [`LOG_TIMEOUT`]: a server logs a refusal after the peer has
     /// already seen it, so a test that reads the log at once races the line.
     pub fn log_once(&self, wanted: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + LOG_TIMEOUT;
-        loop {
-            let log = self.log();
-            if wanted(&log) || Instant::now() >= deadline {
-                return log;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
+        once(&self.log, wanted)
+    }
+
+    /// What the process has written on stdout, once `wanted` holds of it
+    /// or after [`LOG_TIMEOUT`] (it may print more after its ready line).
+    pub fn printed_once(&self, wanted: impl Fn(&str) -> bool) -> String {
+        once(&self.printed, wanted)
     }
 
     /// The process id.
@@ -257,6 +268,18 @@ impl Server {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// What `text` holds once `wanted` holds of it, or after [`LOG_TIMEOUT`].
+fn once(text: &Mutex<String>, wanted: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + LOG_TIMEOUT;
+    loop {
+        let now = text.lock().unwrap().clone();
+        if wanted(&now) || Instant::now() >= deadline {
+            return now;
+        }
+        thread::sleep(Duration::from_millis(20));
     }
 }
 

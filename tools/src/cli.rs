@@ -110,7 +110,9 @@ pub struct SlaveArgs {
     /// Directory holding this slave's vectors (created if missing).
     #[arg(long, value_name = "DIR")]
     pub data_dir: PathBuf,
-    /// Serve Prometheus metrics at http://HOST:PORT/metrics.
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics; with --tls at
+    /// https://HOST:PORT/metrics, only to a scraper that presents a client
+    /// certificate signed by the cluster's CA (any role; server name `bitfold`).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics: Option<String>,
     /// Mutual TLS: DIR holds the cluster's CA (ca.pem) and this process's
@@ -151,7 +153,9 @@ pub struct MasterArgs {
     /// How often a slave that is down is probed, to be used again once it answers [default: 1s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub probe_interval: Option<Duration>,
-    /// Serve Prometheus metrics at http://HOST:PORT/metrics.
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics; with --tls at
+    /// https://HOST:PORT/metrics, only to a scraper that presents a client
+    /// certificate signed by the cluster's CA (any role; server name `bitfold`).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics: Option<String>,
     /// Log (at warn level) every query that takes at least this long, with
@@ -182,7 +186,9 @@ pub struct UpArgs {
     #[arg(long, value_name = "PORT", default_value_t = 7100)]
     pub port: u16,
     /// Serve the master's Prometheus metrics at http://HOST:PORT/metrics,
-    /// and each slave's on the ports after it (slave `i` at PORT + 1 + i).
+    /// and each slave's on the ports after it (slave `i` at PORT + 1 + i);
+    /// with --tls over https, only to a scraper that presents a client
+    /// certificate signed by the cluster's CA (DIR/tls/reader's, for one).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics: Option<String>,
     /// Log (at warn level) every query that takes at least this long, with

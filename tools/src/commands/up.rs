@@ -7,7 +7,7 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use bitfold_net::tls::Files;
+use bitfold_net::tls::{Files, SERVER_NAME};
 use bitfold_server::cluster::{ClusterConfig, ClusterFile};
 use bitfold_server::local::{LocalCluster, MASTER_TLS};
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -72,9 +72,17 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         );
     }
     if let Some((master, slaves)) = metrics.split_first() {
-        println!("master metrics at http://{master}/metrics");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        println!("master metrics at {scheme}://{master}/metrics");
         for (slave, addr) in cluster.slaves.iter().zip(slaves) {
-            println!("slave {} metrics at http://{addr}/metrics", slave.name);
+            println!("slave {} metrics at {scheme}://{addr}/metrics", slave.name);
+        }
+        if let Some(tls) = &tls {
+            println!(
+                "metrics need a client certificate of the cluster's CA: scrape with {}'s \
+                 ca.pem, cert.pem and key.pem, server name {SERVER_NAME}",
+                tls.join(bitfold_certs::READER).display()
+            );
         }
     }
     println!("press Ctrl-C to stop");

@@ -118,7 +118,7 @@ pub fn run_until(
             .map_err(crate::Error::Config)?;
         if let Some(listen) = &state.options.metrics {
             let master = state.clone();
-            metrics::serve(listen, move || master.render_metrics()).await?;
+            metrics::serve(listen, tls.clone(), move || master.render_metrics()).await?;
         }
         let sent = state.sent.clone();
         state.probe_round(probe::Writes::Take).await;

@@ -1,5 +1,5 @@
 //! Prometheus metrics of a master ([`MasterMetrics`]) and of a slave
-//! ([`SlaveMetrics`]), served over HTTP at `/metrics` ([`serve`]) when the
+//! ([`SlaveMetrics`]), served over HTTP (HTTPS with TLS) at `/metrics` ([`serve`]) when the
 //! process is given a metrics address (docs/protocol.md §10).
 //!
 //! Every name starts with `bitfold_` and ends in its unit (`_seconds`,

@@ -1,30 +1,39 @@
-//! The scrape endpoint: a minimal HTTP/1.0 responder for `GET /metrics`.
+//! The scrape endpoint: a minimal HTTP/1.0 responder for `GET /metrics`,
+//! over TLS when the process runs TLS.
 //!
 //! One task accepts; each connection is its own task on the process's
 //! event loop, reads at most [`MAX_REQUEST`] bytes of request head within
 //! [`TIMEOUT`], answers once and closes. Rendering the page is a walk over
-//! a few dozen counters, short next to any query.
+//! a few dozen counters, short next to any query. With TLS, a connection is
+//! answered only once its client presented a certificate of the cluster's
+//! CA (any role), as on every listener of the process (docs/protocol.md
+//! §11); a refused one is logged at debug, so that a scanner (or a scraper
+//! still on plain HTTP) does not flood the log.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::CONTENT_TYPE;
+use crate::net;
+use crate::tls::Tls;
 
 /// The most bytes of request head read; a longer one is refused.
 const MAX_REQUEST: usize = 8 << 10;
 
-/// How long one scrape may take, reading the request and writing the page.
+/// How long one scrape may take, reading the request and writing the page
+/// (after the TLS handshake, which has a bound of its own).
 const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Binds `listen` and answers `GET /metrics` there with `render()` from a
-/// task on the current `LocalSet`, for as long as the process serves;
-/// returns the bound address (`listen` may say port 0).
+/// task on the current `LocalSet`, for as long as the process serves, over
+/// TLS with `tls`; returns the bound address (`listen` may say port 0).
 pub(crate) async fn serve(
     listen: &str,
+    tls: Option<Tls>,
     render: impl Fn() -> String + 'static,
 ) -> Result<SocketAddr, crate::Error> {
     let bind_error = |cause| crate::Error::MetricsBind {
@@ -33,22 +42,28 @@ pub(crate) async fn serve(
     };
     let listener = TcpListener::bind(listen).await.map_err(bind_error)?;
     let addr = listener.local_addr().map_err(bind_error)?;
-    tracing::info!("metrics served at http://{addr}/metrics");
-    tokio::task::spawn_local(accept(listener, Rc::new(render)));
+    match &tls {
+        None => tracing::info!("metrics served at http://{addr}/metrics"),
+        Some(tls) => tracing::info!(
+            "metrics served at https://{addr}/metrics to clients with a certificate of the CA \
+             in {}",
+            tls.ca().display()
+        ),
+    }
+    tokio::task::spawn_local(accept(listener, tls, Rc::new(render)));
     Ok(addr)
 }
 
-async fn accept(listener: TcpListener, render: Rc<dyn Fn() -> String>) {
+async fn accept(listener: TcpListener, tls: Option<Tls>, render: Rc<dyn Fn() -> String>) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
                 let render = render.clone();
+                let tls = tls.clone();
                 tokio::task::spawn_local(async move {
-                    if tokio::time::timeout(TIMEOUT, answer(stream, &*render))
-                        .await
-                        .is_err()
-                    {
-                        tracing::debug!("a metrics scrape took longer than {TIMEOUT:?}; closed");
+                    match tls {
+                        None => answer(stream, &*render).await,
+                        Some(tls) => answer_tls(&tls, stream, peer, &*render).await,
                     }
                 });
             }
@@ -60,8 +75,28 @@ async fn accept(listener: TcpListener, render: Rc<dyn Fn() -> String>) {
     }
 }
 
-/// Reads one request head and writes one response.
-async fn answer(mut stream: TcpStream, render: &dyn Fn() -> String) {
+/// Answers `stream` once its TLS client is accepted.
+async fn answer_tls(tls: &Tls, stream: TcpStream, peer: SocketAddr, render: &dyn Fn() -> String) {
+    match net::accept_tls(tls, stream).await {
+        Ok((stream, identity)) => {
+            tracing::debug!(%peer, "a metrics scrape by {identity}");
+            answer(stream, render).await;
+        }
+        Err(err) => tracing::debug!("refused a metrics scrape from {peer}: {err}"),
+    }
+}
+
+/// Reads one request head and writes one response, within [`TIMEOUT`].
+async fn answer(stream: impl AsyncRead + AsyncWrite + Unpin, render: &dyn Fn() -> String) {
+    if tokio::time::timeout(TIMEOUT, answer_once(stream, render))
+        .await
+        .is_err()
+    {
+        tracing::debug!("a metrics scrape took longer than {TIMEOUT:?}; closed");
+    }
+}
+
+async fn answer_once(mut stream: impl AsyncRead + AsyncWrite + Unpin, render: &dyn Fn() -> String) {
     let response = match read_head(&mut stream).await {
         Ok(head) => respond(&head, render),
         Err(Refused::TooLong) => response(
@@ -82,7 +117,7 @@ enum Refused {
     Closed,
 }
 
-async fn read_head(stream: &mut TcpStream) -> Result<String, Refused> {
+async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> Result<String, Refused> {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     loop {
@@ -136,7 +171,9 @@ mod tests {
     /// Sends `request` to a fresh endpoint serving `page` and returns the whole response.
     fn exchange(request: Vec<u8>) -> String {
         crate::net::block_on_local(async move {
-            let addr = serve("127.0.0.1:0", || "page\n".to_owned()).await.unwrap();
+            let addr = serve("127.0.0.1:0", None, || "page\n".to_owned())
+                .await
+                .unwrap();
             let mut stream = TcpStream::connect(addr).await.unwrap();
             // The peer may answer and close before all of a long request is written.
             let _ = stream.write_all(&request).await;
@@ -170,7 +207,7 @@ mod tests {
     fn a_taken_address_is_an_error_naming_it() {
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = taken.local_addr().unwrap().to_string();
-        let err = crate::net::block_on_local(serve(&addr, String::new))
+        let err = crate::net::block_on_local(serve(&addr, None, String::new))
             .unwrap()
             .unwrap_err();
         let message = err.to_string();

@@ -119,7 +119,7 @@ pub fn serve_store(
         });
         if let Some(listen) = &options.metrics {
             let slave = slave.clone();
-            metrics::serve(listen, move || slave.render_metrics()).await?;
+            metrics::serve(listen, options.tls.clone(), move || slave.render_metrics()).await?;
         }
         let tls = options.tls.clone();
         if let Some(tls) = &tls {
