@@ -128,7 +128,9 @@ pub struct MasterArgs {
     #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_MASTER)]
     pub listen: String,
     /// Cluster file (TOML): `replicas` and the `[[slaves]]` with `name` and
-    /// `addr`, optionally a `[tls]` table naming the master's `ca`, `cert` and `key`.
+    /// `addr`, optionally a `[tls]` table naming the master's `ca`, `cert` and `key`,
+    /// and `master = "HOST:PORT"`, this master's address, which slaves
+    /// started with `--cluster FILE` admit.
     #[arg(long, value_name = "FILE")]
     pub cluster: PathBuf,
     /// Where the master keeps its catalog of vids [default: `master-data` beside the cluster file].

@@ -1,8 +1,10 @@
 //! The cluster file (docs/protocol.md §4): the slaves in placement order and the number
-//! of copies of every vector, and optionally the master's certificate files
-//! (docs/protocol.md §11).
+//! of copies of every vector, and optionally the master's address (which
+//! slaves started with the file admit, docs/protocol.md §11) and its
+//! certificate files (§11).
 //!
 //! ```toml
+//! master = "127.0.0.1:7100"    # optional: where the master is
 //! replicas = 2                 # copies of every vector; default 1
 //! group = 16                   # consecutive vids placed together, or "all" (the default)
 //! piece = 1048576              # bits per column piece; default 2^20
@@ -152,11 +154,17 @@ pub enum ConfigError {
     },
 }
 
-/// A whole cluster file: the cluster, and the `[tls]` table if it has one.
+/// A whole cluster file: the cluster, and the `master` key and `[tls]`
+/// table if it has them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterFile {
     /// The slaves and how vectors are placed on them.
     pub cluster: ClusterConfig,
+    /// The `master` key: the master's address, `HOST:PORT`. A slave started
+    /// with the file admits connections from the addresses its host and the
+    /// slaves' hosts resolve to (docs/protocol.md §11); the master does not
+    /// read it.
+    pub master: Option<String>,
     /// The `[tls]` table: the master's certificate files, as the file
     /// writes them (relative to its folder unless absolute; see
     /// [`Files::relative_to`]). The master uses them when given no `--tls DIR`.
@@ -164,7 +172,7 @@ pub struct ClusterFile {
 }
 
 impl ClusterFile {
-    /// Reads and validates a cluster file, `[tls]` table included.
+    /// Reads and validates a cluster file, `master` key and `[tls]` table included.
     pub fn load(path: &Path) -> Result<ClusterFile, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
             path: path.to_owned(),
@@ -173,43 +181,63 @@ impl ClusterFile {
         ClusterFile::parse(&text, path)
     }
 
-    /// Parses and validates the text of a cluster file, `[tls]` table
-    /// included; errors name `path`.
+    /// Parses and validates the text of a cluster file, `master` key and
+    /// `[tls]` table included; errors name `path`.
     pub fn parse(text: &str, path: &Path) -> Result<ClusterFile, ConfigError> {
         let parse_error = |e: toml::de::Error| ConfigError::Parse {
             path: path.to_owned(),
             message: e.to_string().trim_end().replace('\n', " "),
         };
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        };
         let mut table: toml::Table = toml::from_str(text).map_err(parse_error)?;
+        let master = table.remove("master");
         let tls = table.remove("tls");
-        // Without a `[tls]` table the text is read as the cluster directly,
-        // so that an error in it gives its line and column.
-        let cluster: ClusterConfig = match tls {
-            None => toml::from_str(text),
-            Some(_) => table.try_into(),
+        // Without a `master` key or a `[tls]` table the text is read as the
+        // cluster directly, so that an error in it gives its line and column.
+        let cluster: ClusterConfig = match (&master, &tls) {
+            (None, None) => toml::from_str(text),
+            _ => table.try_into(),
         }
         .map_err(parse_error)?;
+        let master = master
+            .map(|master| match master {
+                toml::Value::String(addr) => check_master(&addr).map(|()| addr),
+                other => Err(format!(
+                    "master = {other}: write the master's address as a string, \
+                     master = \"HOST:PORT\""
+                )),
+            })
+            .transpose()
+            .map_err(invalid)?;
         let tls = tls
             .map(|tls| {
-                tls.try_into::<Files>().map_err(|e| ConfigError::Invalid {
-                    path: path.to_owned(),
-                    message: format!(
+                tls.try_into::<Files>().map_err(|e| {
+                    invalid(format!(
                         "[tls]: {} (it names `ca`, `cert` and `key`, paths of PEM files)",
                         e.to_string().trim_end().replace('\n', " ")
-                    ),
+                    ))
                 })
             })
             .transpose()?;
-        cluster.validate().map_err(|message| ConfigError::Invalid {
-            path: path.to_owned(),
-            message,
-        })?;
-        Ok(ClusterFile { cluster, tls })
+        cluster.validate().map_err(invalid)?;
+        Ok(ClusterFile {
+            cluster,
+            master,
+            tls,
+        })
     }
 
-    /// The cluster file text: the cluster, then the `[tls]` table.
+    /// The cluster file text: the `master` key, the cluster, then the
+    /// `[tls]` table.
     pub fn to_toml(&self) -> String {
-        let mut text = self.cluster.to_toml();
+        let mut text = match &self.master {
+            Some(master) => format!("master = {}\n", toml::Value::from(master.as_str())),
+            None => String::new(),
+        };
+        text.push_str(&self.cluster.to_toml());
         if let Some(tls) = &self.tls {
             let table = toml::to_string(tls).expect("paths of TLS files always serialise");
             text.push_str("\n[tls]\n");
@@ -300,6 +328,29 @@ fn check_addr(addr: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The host of a `HOST:PORT` address (an IPv6 address without its brackets).
+pub(crate) fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// Checks a `master` key: `HOST:PORT`, and a host the master's connections
+/// can come from (not a wildcard such as 0.0.0.0).
+fn check_master(addr: &str) -> Result<(), String> {
+    check_addr(addr).map_err(|why| format!("master: {why}"))?;
+    if host_of(addr)
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified())
+    {
+        return Err(format!(
+            "master = {addr:?}: no connection comes from {}; write the address of the \
+             master's machine as its slaves see it (for example 10.0.0.5:7100)",
+            host_of(addr)
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,6 +401,41 @@ mod tests {
         assert_eq!(ClusterConfig::load(&path).unwrap(), file.cluster);
         std::fs::write(&path, file.to_toml()).unwrap();
         assert_eq!(ClusterFile::load(&path).unwrap(), file);
+    }
+
+    #[test]
+    fn a_master_key_is_read_and_written_back_before_the_cluster() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.toml");
+        std::fs::write(&path, format!("master = \"[::1]:7100\"\n{TWO}")).unwrap();
+        let file = ClusterFile::load(&path).unwrap();
+        assert_eq!(file.master.as_deref(), Some("[::1]:7100"));
+        assert_eq!(file.cluster, load_text(TWO).unwrap());
+        let text = file.to_toml();
+        assert!(text.starts_with("master = \"[::1]:7100\"\n"), "{text}");
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(ClusterFile::load(&path).unwrap(), file);
+        assert_eq!(host_of("[::1]:7100"), "::1");
+        assert_eq!(host_of("db1.example:7100"), "db1.example");
+    }
+
+    #[test]
+    fn a_master_key_that_is_no_address_to_admit_is_refused() {
+        invalid(&format!("master = 7100\n{TWO}"), "master = \"HOST:PORT\"");
+        invalid(
+            &format!("master = \"db1\"\n{TWO}"),
+            "master: address \"db1\"",
+        );
+        invalid(
+            &format!("master = \"0.0.0.0:7100\"\n{TWO}"),
+            "no connection comes from 0.0.0.0",
+        );
+        invalid(
+            &format!("master = \"[::]:7100\"\n{TWO}"),
+            "no connection comes from ::",
+        );
+        // An unknown key beside a `master` key is still named.
+        invalid(&format!("master = \"h:1\"\n{TWO}replica = 1\n"), "replica");
     }
 
     #[test]

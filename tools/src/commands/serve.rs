@@ -21,7 +21,7 @@ pub fn slave(args: SlaveArgs) -> anyhow::Result<()> {
 
 /// Serves the master; prints `master listening on ADDR` once it answers queries.
 pub fn master(args: MasterArgs) -> anyhow::Result<()> {
-    let ClusterFile { cluster, tls } = ClusterFile::load(&args.cluster)?;
+    let ClusterFile { cluster, tls, .. } = ClusterFile::load(&args.cluster)?;
     let data_dir = args
         .data_dir
         .unwrap_or_else(|| default_master_dir(&args.cluster));

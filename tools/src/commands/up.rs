@@ -110,11 +110,14 @@ const FAILURE_CHECK_INTERVAL: Duration = Duration::from_millis(200);
 const DEFAULT_SLAVES: usize = 3;
 
 /// The cluster file already in the directory (the flags, if given, must
-/// agree with it), or a new one written there.
+/// agree with it), or a new one written there; either way its `master`
+/// key names the address the master listens on.
 fn cluster_for(args: &UpArgs) -> anyhow::Result<ClusterConfig> {
     let file = cluster_file(&args.dir);
-    if file.exists() {
-        let cluster = ClusterConfig::load(&file)?;
+    let master = format!("127.0.0.1:{}", args.port);
+    let mut whole = if file.exists() {
+        let whole = ClusterFile::load(&file)?;
+        let cluster = &whole.cluster;
         let slaves_differ = args.slaves.is_some_and(|n| n != cluster.slaves.len());
         let replicas_differ = args.replicas.is_some_and(|r| r != cluster.replicas);
         if slaves_differ || replicas_differ {
@@ -126,20 +129,29 @@ fn cluster_for(args: &UpArgs) -> anyhow::Result<ClusterConfig> {
                 cluster.replicas,
             );
         }
-        return Ok(cluster);
+        whole
+    } else {
+        let first_slave_port = args
+            .port
+            .checked_add(1)
+            .context("--port must be below 65535")?;
+        let cluster = numbered_cluster(
+            args.slaves.unwrap_or(DEFAULT_SLAVES),
+            args.replicas.unwrap_or(1),
+            first_slave_port,
+        )?;
+        ClusterFile {
+            cluster,
+            master: None,
+            tls: None,
+        }
+    };
+    if whole.master.as_ref() != Some(&master) {
+        whole.master = Some(master);
+        fs::write(&file, whole.to_toml())
+            .with_context(|| format!("cannot write the cluster file {}", file.display()))?;
     }
-    let first_slave_port = args
-        .port
-        .checked_add(1)
-        .context("--port must be below 65535")?;
-    let cluster = numbered_cluster(
-        args.slaves.unwrap_or(DEFAULT_SLAVES),
-        args.replicas.unwrap_or(1),
-        first_slave_port,
-    )?;
-    fs::write(&file, cluster.to_toml())
-        .with_context(|| format!("cannot write the cluster file {}", file.display()))?;
-    Ok(cluster)
+    Ok(whole.cluster)
 }
 
 /// The TLS folders of the cluster under `dir`: those of an earlier run
