@@ -5,6 +5,7 @@
 mod oracle;
 mod util;
 
+mod admission;
 mod bench;
 mod certs;
 mod cli;

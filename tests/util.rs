@@ -37,10 +37,29 @@ pub const QUICK_MASTER: &[&str] = &[
 /// and its bootstrap capability, for requests the client library does not
 /// make; the connection lives as long as the runtime's local tasks.
 pub async fn connect_capnp<C: capnp::capability::FromClientHook>(addr: &str) -> Result<C, String> {
-    use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+    Ok(capnp_over(stream))
+}
+
+/// Like [`connect_capnp`], from the IPv4 address `source` of this machine
+/// (on Linux every address of 127.0.0.0/8 is loopback).
+pub async fn connect_capnp_from<C: capnp::capability::FromClientHook>(
+    source: std::net::Ipv4Addr,
+    addr: &str,
+) -> Result<C, String> {
+    let cannot = |e: std::io::Error| format!("cannot connect to {addr} from {source}: {e}");
+    let target: std::net::SocketAddr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
+    let socket = tokio::net::TcpSocket::new_v4().map_err(cannot)?;
+    socket.bind((source, 0).into()).map_err(cannot)?;
+    let stream = socket.connect(target).await.map_err(cannot)?;
+    Ok(capnp_over(stream))
+}
+
+/// A Cap'n Proto client over `stream`, its system run as a local task.
+fn capnp_over<C: capnp::capability::FromClientHook>(stream: tokio::net::TcpStream) -> C {
+    use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
     let (reader, writer) = stream.into_split();
     let mut options = capnp::message::ReaderOptions::new();
     options.traversal_limit_in_words(Some(bitfold_proto::MAX_MESSAGE_WORDS));
@@ -53,7 +72,7 @@ pub async fn connect_capnp<C: capnp::capability::FromClientHook>(addr: &str) -> 
     let mut system = capnp_rpc::RpcSystem::new(Box::new(network), None);
     let client = system.bootstrap(capnp_rpc::rpc_twoparty_capnp::Side::Server);
     tokio::task::spawn_local(system);
-    Ok(client)
+    client
 }
 
 /// A span of vids as a query writes it: `7` or `10-19`.

@@ -119,6 +119,16 @@ pub struct SlaveArgs {
     /// certificate and key (cert.pem, key.pem), as `bitfold up --tls` writes them.
     #[arg(long, value_name = "DIR")]
     pub tls: Option<PathBuf>,
+    /// Without --tls: admit connections only from the addresses the hosts
+    /// of this cluster file's master (its `master = "HOST:PORT"` key) and
+    /// slaves resolve to (the file the master reads), re-read every 5 s, so
+    /// that a slave added to it is admitted within seconds. A simple
+    /// allow-list, not a security boundary: an address can be borrowed;
+    /// --tls is one. Without it (and without --tls) every address is
+    /// admitted. Refused with --tls, which needs no allow-list: the
+    /// certificates' roles decide who may call.
+    #[arg(long, value_name = "FILE", conflicts_with = "tls")]
+    pub cluster: Option<PathBuf>,
 }
 
 /// `bitfold master`.

@@ -31,7 +31,7 @@ use futures::future::BoxFuture;
 
 use crate::cluster::{ClusterConfig, SlaveEntry};
 use crate::master::{self, MasterOptions};
-use crate::slave::{self, SlaveOptions};
+use crate::slave::{self, Admit, SlaveOptions};
 use crate::tls::{Tls, TlsError};
 
 /// How long a server may take to start listening.
@@ -258,7 +258,9 @@ impl LocalCluster {
 
     /// Like [`LocalCluster::start_tls`], and each slave's options are
     /// changed by `tune_slave` (given its index in the cluster file) before
-    /// it starts; a restarted slave keeps them.
+    /// it starts; a restarted slave keeps them. Without TLS each slave
+    /// admits only the addresses of the cluster's hosts and of
+    /// `master_listen`'s ([`Admit::Hosts`]), as `bitfold slave --cluster` does.
     pub fn start_tuned(
         root: &Path,
         cluster: ClusterConfig,
@@ -268,6 +270,8 @@ impl LocalCluster {
         tune: impl FnOnce(&mut MasterOptions),
     ) -> Result<LocalCluster, Error> {
         let load = |name: &str| tls.map(|dir| Tls::load(&dir.join(name))).transpose();
+        let hosts = cluster.slaves.iter().map(|slave| slave.addr.clone());
+        let admit = Admit::Hosts(hosts.chain([master_listen.to_owned()]).collect());
         let mut stores = Vec::new();
         let mut slave_options = Vec::new();
         let mut slaves = Vec::new();
@@ -281,6 +285,7 @@ impl LocalCluster {
             let store = Arc::new(store);
             let mut options = SlaveOptions::new(entry.addr.clone(), dir);
             options.tls = load(&entry.name)?;
+            options.admit = admit.clone();
             tune_slave(i, &mut options);
             let server = Server::slave(&entry.name, store.clone(), options.clone())?;
             bound.push(SlaveEntry {

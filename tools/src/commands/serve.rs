@@ -6,7 +6,7 @@ use anyhow::Context;
 use bitfold_net::tls::Tls;
 use bitfold_server::cluster::ClusterFile;
 use bitfold_server::master::{self, MasterOptions};
-use bitfold_server::slave::{self, SlaveOptions};
+use bitfold_server::slave::{self, Admit, SlaveOptions};
 
 use crate::cli::{MasterArgs, SlaveArgs};
 
@@ -15,6 +15,9 @@ pub fn slave(args: SlaveArgs) -> anyhow::Result<()> {
     let mut options = SlaveOptions::new(args.listen, args.data_dir);
     options.metrics = args.metrics;
     options.tls = super::load_tls(args.tls.as_deref())?;
+    if let Some(file) = args.cluster {
+        options.admit = Admit::File(file);
+    }
     slave::run(options, |addr| println!("slave listening on {addr}"))?;
     Ok(())
 }

@@ -12,6 +12,7 @@
 //! - the batch fetch (`fetch_many.rs`): many vectors per reply, for a move's or a refill's
 //!   copies.
 
+mod admit;
 pub(crate) mod coordinator;
 pub(crate) mod fan_out;
 pub(crate) mod fetch_many;
@@ -20,6 +21,8 @@ pub(crate) mod handler;
 mod pull;
 pub(crate) mod term_union;
 mod writes;
+
+pub use admit::{Admit, RELOAD_INTERVAL};
 
 use writes::{
     WriteError, fenced, import_batch, log_applied_already, stage_batch, update_batch, write_changed,
@@ -46,6 +49,7 @@ use crate::metrics::{self, SlaveMetrics};
 use crate::net::{self, Pool};
 use crate::tls::Tls;
 use crate::wire;
+use admit::Admitted;
 use guard::Guarded;
 
 /// How a slave serves.
@@ -62,6 +66,10 @@ pub struct SlaveOptions {
     pub metrics: Option<String>,
     /// Mutual TLS on every link, accepted and made (none by default: plain TCP).
     pub tls: Option<Tls>,
+    /// Without TLS, whose connections it accepts (by default everyone's,
+    /// warned about at start); with TLS it is not used: the certificates'
+    /// roles decide who may call.
+    pub admit: Admit,
 }
 
 impl SlaveOptions {
@@ -73,6 +81,7 @@ impl SlaveOptions {
             max_budget: Duration::from_secs(60),
             metrics: None,
             tls: None,
+            admit: Admit::Everyone,
         }
     }
 }
@@ -122,12 +131,19 @@ pub fn serve_store(
             metrics::serve(listen, options.tls.clone(), move || slave.render_metrics()).await?;
         }
         let tls = options.tls.clone();
-        if let Some(tls) = &tls {
-            tokio::task::spawn_local(tls.clone().watch());
-        }
+        let admitted = match &tls {
+            Some(tls) => {
+                tokio::task::spawn_local(tls.clone().watch());
+                None
+            }
+            None => Admitted::start(&options.admit).await?,
+        };
         let serve = {
             let tls = tls.clone();
             move |peer: &net::Peer| {
+                if let Some(admitted) = &admitted {
+                    admitted.check(peer.addr)?;
+                }
                 let guarded = Guarded {
                     slave: slave.clone(),
                     caller: Caller::new(peer, tls.as_ref()),
