@@ -287,12 +287,13 @@ impl Sealed {
             match step {
                 Step::Again | Step::Sealed(_) => {}
                 Step::PeerClosed | Step::Closed => return Poll::Ready(Ok(())),
-                // Every whole record is opened.
-                Step::Blocked | Step::Writable if buf.filled().len() > before => {
-                    return Poll::Ready(Ok(()));
-                }
                 Step::Blocked | Step::Writable => {
+                    // What rustls encoded (an answer to a key update) leaves.
                     self.try_drain();
+                    // Every whole record is opened.
+                    if buf.filled().len() > before {
+                        return Poll::Ready(Ok(()));
+                    }
                     match self.poll_fill(cx) {
                         Poll::Ready(Ok(0)) => return Poll::Ready(Err(self.cut_short())),
                         Poll::Ready(Ok(_)) => {}
@@ -321,7 +322,8 @@ impl Sealed {
             "the peer closed its connection without a TLS close_notify: what it sent may have \
              been cut short"
         } else {
-            "the peer closed its connection in the middle of a TLS record"
+            "the peer closed its connection without a TLS close_notify, in the middle of a TLS \
+             record"
         };
         self.fail(io::Error::new(io::ErrorKind::UnexpectedEof, why))
     }
