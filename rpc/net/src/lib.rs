@@ -9,9 +9,9 @@
 //! over that bound is refused before it is read, naming the bound.
 //!
 //! With a [`Tls`] configuration, every connection, accepted or made, is
-//! wrapped in mutual TLS before Cap'n Proto sees it (docs/protocol.md §11),
-//! driven by `sealed` over rustls's unbuffered API; without one it is
-//! plain TCP, split without a lock.
+//! wrapped in mutual TLS before Cap'n Proto sees it (docs/protocol.md §11):
+//! `sealed` drives rustls's unbuffered API, and rustls seals and opens
+//! every record; without one it is plain TCP, split without a lock.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -41,14 +41,13 @@ pub use received::keep as keep_received;
 pub mod framing;
 mod handshake;
 mod received;
-mod record;
 mod refusals;
 mod sealed;
 pub mod tls;
 mod vat;
 mod writer;
 
-// sealed.rs's tests name this crate by its path in the old `bitfold-rpc`
+// sealed's tests name this crate by its path in the old `bitfold-rpc`
 // (`crate::net::block_on_local`).
 #[cfg(test)]
 use crate as net;
@@ -398,7 +397,9 @@ fn plain(stream: TcpStream, side: Side, sent: Sent) -> Box<dyn capnp_rpc::VatNet
 
 /// A TLS connection's network; a read or write that fails because the
 /// peer refused this end's certificate (TLS 1.3 tells a client so only
-/// after its handshake) says so.
+/// after its handshake) says so. A peer whose socket ended without a
+/// close_notify (stopped or killed: no process of ours sends one) is
+/// handed to Cap'n Proto as a lost connection, still an error saying so.
 fn encrypted(
     stream: sealed::Sealed,
     side: Side,
@@ -411,6 +412,8 @@ fn encrypted(
     let (reader, writer) = stream.split(move |err| {
         if is_alert(&err) {
             handshake_error(handshake_failure(&err, role, None))
+        } else if err.kind() == std::io::ErrorKind::UnexpectedEof {
+            std::io::Error::new(std::io::ErrorKind::ConnectionAborted, err)
         } else {
             err
         }

@@ -490,23 +490,19 @@ impl Loaded {
             .map_err(|e| unusable(e.to_string()))?;
         // A DBMS's TLS library may prefer AES-256; the server's order wins.
         server.ignore_client_order = true;
-        // Past the handshake each end seals and opens its records itself
-        // (`net::record`), with the keys rustls hands over; no link resumes
-        // a session, so no tickets.
-        server.enable_secret_extraction = true;
+        // No link resumes a session, so no tickets.
         server.send_tls13_tickets = 0;
         let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
             .with_crls(crls)
             .only_check_end_entity_revocation()
             .build()
             .map_err(|e| unusable(e.to_string()))?;
-        let mut client = ClientConfig::builder_with_provider(provider)
+        let client = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| unusable(e.to_string()))?
             .with_webpki_verifier(verifier)
             .with_client_auth_cert(chain, key)
             .map_err(|e| unusable(e.to_string()))?;
-        client.enable_secret_extraction = true;
         Ok(Loaded {
             read,
             server: Arc::new(server),
