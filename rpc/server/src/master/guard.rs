@@ -30,92 +30,44 @@ impl Guarded {
         self.master.metrics.forbidden.count(method, role);
         Some(Failure::new(ErrorKind::Forbidden, why))
     }
-
-    /// The refusal of a method whose result has no error field.
-    fn refused_bare(&self, method: &'static str, roles: &[Role]) -> Result<(), capnp::Error> {
-        match self.refused(method, roles) {
-            Some(failure) => Err(capnp::Error::failed(failure.message)),
-            None => Ok(()),
-        }
-    }
 }
 
-impl master::Server for Guarded {
-    async fn query(
-        self: Rc<Self>,
-        params: master::QueryParams,
-        mut results: master::QueryResults,
-    ) -> Result<(), capnp::Error> {
-        if let Some(failure) = self.refused("query", access::READ) {
-            failure.write(results.get().init_result().init_error());
-            return Ok(());
+/// Implements every master method as: check the caller, then let the
+/// master answer. A method's `init_*` names where its result keeps an
+/// error (the refusal is written there); one without has none, and its
+/// refusal fails the call.
+macro_rules! checked {
+    ($($method:ident($params:ident, $results:ident) by $roles:expr, $($init:ident)?;)*) => {
+        impl master::Server for Guarded {
+            $(
+                async fn $method(
+                    self: Rc<Self>,
+                    params: master::$params,
+                    #[allow(unused_mut)] mut results: master::$results,
+                ) -> Result<(), capnp::Error> {
+                    if let Some(failure) = self.refused(stringify!($method), $roles) {
+                        return checked!(@refuse failure, results $(, $init)?);
+                    }
+                    master::Server::$method(self.master.clone(), params, results).await
+                }
+            )*
         }
-        master::Server::query(self.master.clone(), params, results).await
-    }
+    };
+    (@refuse $failure:ident, $results:ident, $init:ident) => {{
+        $failure.write($results.get().$init().init_error());
+        Ok(())
+    }};
+    (@refuse $failure:ident, $results:ident) => {
+        Err(capnp::Error::failed($failure.message))
+    };
+}
 
-    async fn import(
-        self: Rc<Self>,
-        params: master::ImportParams,
-        mut results: master::ImportResults,
-    ) -> Result<(), capnp::Error> {
-        if let Some(failure) = self.refused("import", access::CHANGE) {
-            failure.write(results.get().init_outcome().init_error());
-            return Ok(());
-        }
-        master::Server::import(self.master.clone(), params, results).await
-    }
-
-    async fn status(
-        self: Rc<Self>,
-        params: master::StatusParams,
-        results: master::StatusResults,
-    ) -> Result<(), capnp::Error> {
-        self.refused_bare("status", access::READ)?;
-        master::Server::status(self.master.clone(), params, results).await
-    }
-
-    async fn clear(
-        self: Rc<Self>,
-        params: master::ClearParams,
-        mut results: master::ClearResults,
-    ) -> Result<(), capnp::Error> {
-        if let Some(failure) = self.refused("clear", access::CHANGE) {
-            failure.write(results.get().init_outcome().init_error());
-            return Ok(());
-        }
-        master::Server::clear(self.master.clone(), params, results).await
-    }
-
-    async fn delete(
-        self: Rc<Self>,
-        params: master::DeleteParams,
-        mut results: master::DeleteResults,
-    ) -> Result<(), capnp::Error> {
-        if let Some(failure) = self.refused("delete", access::CHANGE) {
-            failure.write(results.get().init_outcome().init_error());
-            return Ok(());
-        }
-        master::Server::delete(self.master.clone(), params, results).await
-    }
-
-    async fn rebalance(
-        self: Rc<Self>,
-        params: master::RebalanceParams,
-        mut results: master::RebalanceResults,
-    ) -> Result<(), capnp::Error> {
-        if let Some(failure) = self.refused("rebalance", access::CHANGE) {
-            failure.write(results.get().init_outcome().init_error());
-            return Ok(());
-        }
-        master::Server::rebalance(self.master.clone(), params, results).await
-    }
-
-    async fn placement(
-        self: Rc<Self>,
-        params: master::PlacementParams,
-        results: master::PlacementResults,
-    ) -> Result<(), capnp::Error> {
-        self.refused_bare("placement", access::READ)?;
-        master::Server::placement(self.master.clone(), params, results).await
-    }
+checked! {
+    query(QueryParams, QueryResults) by access::READ, init_result;
+    placement(PlacementParams, PlacementResults) by access::READ,;
+    status(StatusParams, StatusResults) by access::READ,;
+    import(ImportParams, ImportResults) by access::CHANGE, init_outcome;
+    clear(ClearParams, ClearResults) by access::CHANGE, init_outcome;
+    delete(DeleteParams, DeleteResults) by access::CHANGE, init_outcome;
+    rebalance(RebalanceParams, RebalanceResults) by access::CHANGE, init_outcome;
 }
