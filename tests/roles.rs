@@ -394,3 +394,32 @@ fn a_slave_cannot_start_with_a_readers_certificate() {
     );
     assert!(err.contains("bitfold certs issue --role slave"), "{err}");
 }
+
+#[test]
+fn status_warns_of_a_certificate_in_use_that_expires_within_14_days() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = TlsCluster::start(&dir.path().join("cluster"));
+    let status = |folder: &Path| {
+        let run = bitfold(&[
+            "status",
+            "--master",
+            &cluster.master,
+            "--tls",
+            folder.to_str().unwrap(),
+        ]);
+        assert!(run.status.success(), "{}", stderr(&run));
+        crate::util::stdout(&run)
+    };
+    let fresh = status(&cluster.tls.join("reader"));
+    assert!(!fresh.contains("warning:"), "{fresh}");
+    let mut ca = Authority::open(&cluster.tls.join("ca")).unwrap();
+    let soon = dir.path().join("soon");
+    ca.issue(Role::Reader, "soon", 10, &soon).unwrap();
+    let warned = status(&soon);
+    let warning = warned
+        .lines()
+        .find(|line| line.starts_with("warning: the certificate of this client"))
+        .unwrap_or_else(|| panic!("no warning for the client's certificate: {warned}"));
+    assert!(warning.contains("expires in 9d23h"), "{warning}");
+    assert!(warning.contains("bitfold certs issue"), "{warning}");
+}
