@@ -276,18 +276,12 @@ async fn accept_at_most(
                 };
                 set_nodelay(&stream);
                 let Some(tls) = &tls else {
-                    let served = too_many.ok_or(()).or_else(|()| {
-                        serve(&Peer {
-                            addr: peer,
-                            identity: None,
-                        })
-                    });
-                    match served {
-                        Ok(served) => {
-                            start(plain(stream, Side::Server, sent.clone()), served, held)
-                        }
-                        Err(why) => refusals.borrow_mut().log(peer, &why),
-                    }
+                    let network = plain(stream, Side::Server, sent.clone());
+                    let peer = Peer {
+                        addr: peer,
+                        identity: None,
+                    };
+                    begin(network, peer, too_many, &*serve, held, &refusals);
                     continue;
                 };
                 let sent = sent.clone();
@@ -303,16 +297,12 @@ async fn accept_at_most(
                         }
                     };
                     tracing::debug!(%peer, "accepted a connection from {identity}");
-                    let served = too_many.ok_or(()).or_else(|()| {
-                        serve(&Peer {
-                            addr: peer,
-                            identity: Some(identity),
-                        })
-                    });
-                    match served {
-                        Ok(served) => start(encrypted(stream, Side::Server, sent), served, held),
-                        Err(why) => refusals.borrow_mut().log(peer, &why),
-                    }
+                    let network = encrypted(stream, Side::Server, sent);
+                    let peer = Peer {
+                        addr: peer,
+                        identity: Some(identity),
+                    };
+                    begin(network, peer, too_many, &*serve, held, &refusals);
                 });
             }
             Err(err) => {
@@ -321,6 +311,27 @@ async fn accept_at_most(
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+    }
+}
+
+/// Serves `peer` on `network` the capability it gets: the broken one of a
+/// peer over its bound (`too_many`), else what `serve` gives it. A peer
+/// `serve` refuses is closed, and logged in `refusals`.
+fn begin(
+    network: Box<dyn capnp_rpc::VatNetwork<Side>>,
+    peer: Peer,
+    too_many: Option<capnp::capability::Client>,
+    serve: &Serve,
+    held: Held,
+    refusals: &RefCell<Refusals>,
+) {
+    let served = match too_many {
+        Some(broken) => Ok(broken),
+        None => serve(&peer),
+    };
+    match served {
+        Ok(served) => start(network, served, held),
+        Err(why) => refusals.borrow_mut().log(peer.addr, &why),
     }
 }
 
