@@ -84,6 +84,16 @@ impl Role {
         format!("{ROLE_URI}{}", self.name())
     }
 
+    /// Its name with the indefinite article: `a slave`, `an admin`.
+    pub fn with_article(self) -> String {
+        let article = if self.name().starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        };
+        format!("{article} {}", self.name())
+    }
+
     /// The role a SAN URI names, if it is one of [`Role::uri`]'s.
     pub fn of_uri(uri: &str) -> Option<Role> {
         uri.strip_prefix(ROLE_URI).and_then(Role::named)

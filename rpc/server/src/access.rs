@@ -47,24 +47,28 @@ impl Caller {
         let (Some(tls), Some(identity)) = (&self.tls, &self.peer.identity) else {
             return Ok(());
         };
-        let needs = format!("`{method}` needs {}", role_names(roles));
+        // Checked on every call: the message is made only for a refusal.
+        let needs = || format!("`{method}` needs {}", role_names(roles));
         let from = self.peer.addr;
         if tls.is_revoked(identity) {
             return Err(format!(
-                "forbidden: {identity} (from {from}) has been revoked; {needs} that is not"
+                "forbidden: {identity} (from {from}) has been revoked; {} that is not",
+                needs()
             ));
         }
         if identity.expires_in() == Duration::ZERO {
             return Err(format!(
-                "forbidden: {identity} (from {from}) has expired; {needs} that has not \
-                 (`bitfold certs issue` makes a new one)"
+                "forbidden: {identity} (from {from}) has expired; {} that has not \
+                 (`bitfold certs issue` makes a new one)",
+                needs()
             ));
         }
         if roles.contains(&identity.role) {
             Ok(())
         } else {
             Err(format!(
-                "forbidden: {needs}, and {from} called it with {identity}"
+                "forbidden: {}, and {from} called it with {identity}",
+                needs()
             ))
         }
     }
@@ -72,12 +76,15 @@ impl Caller {
 
 /// `an admin certificate`, `a reader or admin certificate`.
 fn role_names(roles: &[Role]) -> String {
-    let names: Vec<&str> = roles.iter().map(|r| r.name()).collect();
-    let article = match names.first() {
-        Some(first) if first.starts_with(['a', 'e', 'i', 'o', 'u']) => "an",
-        _ => "a",
+    let Some((first, rest)) = roles.split_first() else {
+        return "a certificate".to_owned();
     };
-    format!("{article} {} certificate", names.join(" or "))
+    let mut names = first.with_article();
+    for role in rest {
+        names.push_str(" or ");
+        names.push_str(role.name());
+    }
+    names + " certificate"
 }
 
 /// Refuses to start a server of `role` with `tls` of another role.

@@ -4,7 +4,6 @@
 use bitfold_certs::{Authority, CA_KEY_FILE, default_days, utc};
 use bitfold_net::tls::CRL_FILE;
 
-use super::a_role;
 use crate::cli::{CertsArgs, CertsCommand};
 
 /// Runs one `bitfold certs` subcommand.
@@ -32,7 +31,7 @@ pub fn run(args: CertsArgs) -> anyhow::Result<()> {
             let issued = ca.issue(args.role, &args.name, days, &args.out)?;
             println!(
                 "issued {} certificate for {}, serial {}, valid until {}, in {}",
-                a_role(issued.role),
+                issued.role.with_article(),
                 issued.name,
                 issued.serial,
                 utc(issued.not_after),

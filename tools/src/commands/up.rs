@@ -166,7 +166,7 @@ fn tls_for(dir: &Path, cluster: &ClusterConfig) -> anyhow::Result<PathBuf> {
         for issued in &set.issued {
             println!(
                 "issued {} certificate for {} in {}, valid until {}, from the CA kept in {}",
-                super::a_role(issued.role),
+                issued.role.with_article(),
                 issued.name,
                 issued.folder.display(),
                 bitfold_certs::utc(issued.not_after),
