@@ -167,10 +167,7 @@ impl Prepared {
     }
 
     fn connect(&self) -> anyhow::Result<Client> {
-        Ok(match &self.client_tls {
-            Some(tls) => Client::connect_tls(&self.master, tls)?,
-            None => Client::connect(&self.master)?,
-        })
+        super::connect_with(&self.master, self.client_tls.as_ref())
     }
 
     /// A querying thread's own connection, run by that thread.

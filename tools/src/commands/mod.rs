@@ -17,7 +17,7 @@ mod up;
 use std::path::Path;
 
 use bitfold_client::Client;
-use bitfold_net::tls::{Role, Tls};
+use bitfold_net::tls::Tls;
 
 use crate::cli::Command;
 
@@ -47,18 +47,13 @@ pub fn load_tls(dir: Option<&Path>) -> anyhow::Result<Option<Tls>> {
 
 /// A client of the master at `addr`, over mutual TLS with the folder `tls`.
 pub fn connect(addr: &str, tls: Option<&Path>) -> anyhow::Result<Client> {
-    Ok(match load_tls(tls)? {
-        Some(tls) => Client::connect_tls(addr, &tls)?,
-        None => Client::connect(addr)?,
-    })
+    connect_with(addr, load_tls(tls)?.as_ref())
 }
 
-/// `a slave`, `an admin`: the role with its article.
-pub fn a_role(role: Role) -> String {
-    let article = if role.name().starts_with(['a', 'e', 'i', 'o', 'u']) {
-        "an"
-    } else {
-        "a"
-    };
-    format!("{article} {role}")
+/// A client of the master at `addr`, over mutual TLS with `tls`.
+pub fn connect_with(addr: &str, tls: Option<&Tls>) -> anyhow::Result<Client> {
+    Ok(match tls {
+        Some(tls) => Client::connect_tls(addr, tls)?,
+        None => Client::connect(addr)?,
+    })
 }

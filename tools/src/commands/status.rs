@@ -12,10 +12,7 @@ const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
 /// Runs `bitfold status`; succeeds whenever the master answers, whatever the slaves' state.
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     let tls = super::load_tls(args.tls.as_deref())?;
-    let client = match &tls {
-        Some(tls) => bitfold_client::Client::connect_tls(&args.master, tls)?,
-        None => bitfold_client::Client::connect(&args.master)?,
-    };
+    let client = super::connect_with(&args.master, tls.as_ref())?;
     let status = client.full_status()?;
     let slaves = &status.slaves;
     let now = SystemTime::now();
@@ -59,8 +56,10 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
             ""
         }
     );
-    let own = tls.map(|tls| (format!("this client ({})", tls.cert().display()), tls));
-    let own = own.map(|(name, tls)| (name, tls.identity().not_after));
+    let own = tls.map(|tls| {
+        let holder = format!("this client ({})", tls.cert().display());
+        (holder, tls.identity().not_after)
+    });
     for (holder, expires) in status.certificates().into_iter().chain(own) {
         if let Some(warning) = expiry_warning(&holder, expires, now) {
             println!("{warning}");
