@@ -50,6 +50,14 @@ impl TlsCluster {
         Client::connect_tls(&self.master, &tls).expect("the client starts")
     }
 
+    /// Whether vector `vid` does not exist, as an admin reads it.
+    fn lacks(&self, vid: u64) -> bool {
+        let admin = self.client(&self.tls.join("admin"));
+        admin
+            .query(&format!("P:{vid}"), Format::Count)
+            .is_err_and(|e| e.kind() == Some(ErrorKind::NotFound))
+    }
+
     /// Issues a certificate of `role` named `name` from the cluster's CA
     /// into a folder of `dir`.
     fn issue(&self, role: Role, name: &str, dir: &Path) -> PathBuf {
@@ -70,6 +78,14 @@ fn import(client: &Client, vid: u64, bit: u32) -> Result<(), bitfold_client::Err
 fn clear(client: &Client, vid: u64, bit: u32) -> Result<u64, bitfold_client::Error> {
     let vector = VectorBuf::from_bits(vec![bit]);
     client.clear(&[(vid, vector.as_part())])
+}
+
+/// The answer to `query` as a count.
+fn count(client: &Client, query: &str) -> u64 {
+    match client.query(query, Format::Count) {
+        Ok(bitfold_client::Answer::Count(n)) => n,
+        other => panic!("{query}: a count, not {other:?}"),
+    }
 }
 
 /// Whether a master method's outcome is the refusal the table says:
@@ -146,10 +162,7 @@ fn slave_methods(addr: &str, folder: &Path) -> Vec<(&'static str, bool)> {
 /// query over every vid imported, and each slave's vector count.
 fn holdings(cluster: &TlsCluster) -> (u64, Vec<u64>) {
     let admin = cluster.client(&cluster.tls.join("admin"));
-    let count = match admin.query("R:0-1000000", Format::Count).unwrap() {
-        bitfold_client::Answer::Count(n) => n,
-        other => panic!("a count, not {other:?}"),
-    };
+    let count = count(&admin, "R:0-1000000");
     let vectors = admin.status().unwrap().iter().map(|s| s.vectors).collect();
     (count, vectors)
 }
@@ -196,12 +209,16 @@ fn every_method_is_allowed_to_exactly_the_roles_of_the_table_and_a_refusal_chang
             );
         }
     }
-    let count = |query: &str| match admin.query(query, Format::Count) {
-        Ok(bitfold_client::Answer::Count(n)) => n,
-        other => panic!("{query}: a count, not {other:?}"),
-    };
-    assert_eq!(count("P:1"), 0, "the admin's clear emptied vector 1");
-    assert_eq!(count("P:130"), 1, "the admin's import wrote vector 130");
+    assert_eq!(
+        count(&admin, "P:1"),
+        0,
+        "the admin's clear emptied vector 1"
+    );
+    assert_eq!(
+        count(&admin, "P:130"),
+        1,
+        "the admin's import wrote vector 130"
+    );
 
     for (role, folder) in &folders {
         let before = holdings(&cluster);
@@ -295,13 +312,7 @@ fn a_revoked_admin_is_refused_within_10_s_without_a_restart_on_open_and_new_conn
     let fresh = Client::connect_tls(&cluster.master, &Tls::load(&ops).unwrap()).unwrap();
     let refused = fresh.query("P:1", Format::Count).unwrap_err().to_string();
     assert!(refused.contains("the TLS handshake failed"), "{refused}");
-    let admin = cluster.client(&cluster.tls.join("admin"));
-    assert!(
-        admin
-            .query("P:2", Format::Count)
-            .is_err_and(|e| e.kind() == Some(ErrorKind::NotFound)),
-        "the refused import changed nothing"
-    );
+    assert!(cluster.lacks(2), "the refused import changed nothing");
 }
 
 #[test]
@@ -363,13 +374,7 @@ fn no_expired_revoked_or_foreign_certificate_and_no_certificate_gets_past_the_ha
     let plain = Client::connect(&cluster.master).unwrap();
     let err = import(&plain, 9, 9).unwrap_err().to_string();
     assert!(err.contains("--tls"), "{err}");
-    let admin = cluster.client(&cluster.tls.join("admin"));
-    assert!(
-        admin
-            .query("P:9", Format::Count)
-            .is_err_and(|e| e.kind() == Some(ErrorKind::NotFound)),
-        "none of them changed anything"
-    );
+    assert!(cluster.lacks(9), "none of them changed anything");
 }
 
 #[test]
