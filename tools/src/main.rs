@@ -81,6 +81,7 @@ fn exit_code(err: &anyhow::Error) -> u8 {
             ErrorKind::Unavailable => 5,
             ErrorKind::TooLarge => 6,
             ErrorKind::Forbidden => 7,
+            ErrorKind::NotLeader => 5,
             ErrorKind::Internal => 1,
         },
         Some(client::Error::Connect { .. }) => 5,

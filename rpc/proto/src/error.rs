@@ -19,6 +19,10 @@ pub enum ErrorKind {
     /// The caller's certificate does not allow the call; the message names
     /// the role it needs. Nothing was changed.
     Forbidden,
+    /// The master called is one of several and does not lead now; the
+    /// message names the leader when it knows one. Nothing was done: try
+    /// the next master.
+    NotLeader,
 }
 
 impl ErrorKind {
@@ -32,6 +36,7 @@ impl ErrorKind {
             W::Internal => ErrorKind::Internal,
             W::TooLarge => ErrorKind::TooLarge,
             W::Forbidden => ErrorKind::Forbidden,
+            W::NotLeader => ErrorKind::NotLeader,
         }
     }
 
@@ -45,6 +50,7 @@ impl ErrorKind {
             ErrorKind::Internal => W::Internal,
             ErrorKind::TooLarge => W::TooLarge,
             ErrorKind::Forbidden => W::Forbidden,
+            ErrorKind::NotLeader => W::NotLeader,
         }
     }
 }
@@ -58,6 +64,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Internal => "internal error",
             ErrorKind::TooLarge => "too large",
             ErrorKind::Forbidden => "forbidden",
+            ErrorKind::NotLeader => "not the leader",
         })
     }
 }

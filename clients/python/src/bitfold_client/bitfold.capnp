@@ -18,9 +18,12 @@ interface Master {
   # Sets the bits of every vector on all of its owners, then records the
   # vids durably; `ok` means every owner and the catalog hold them.
 
-  status @2 () -> (slaves :List(SlaveStatus), certificateNotAfter :Int64);
+  status @2 () -> (slaves :List(SlaveStatus), certificateNotAfter :Int64,
+                   masters :List(MasterStatus));
   # The state of every slave of the cluster, in cluster file order, and
   # when the master's TLS certificate expires (Unix seconds; 0 without TLS).
+  # `masters` lists every master of a replicated cluster as the one that
+  # answers sees them (empty with a single master).
 
   clear @3 (vectors :List(VidVector)) -> (outcome :UpdateOutcome);
   # Clears the listed bits of every vector that exists (docs/protocol.md §8):
@@ -37,6 +40,11 @@ interface Master {
 
   placement @6 () -> (report :PlacementReport);
   # How well the vectors are placed: copies missing, a move in progress.
+
+  raft @7 (request :Data) -> (reply :Data);
+  # One Raft message from another master of a replicated cluster (a vote,
+  # entries to append or a snapshot's chunk) and its answer, both encoded
+  # by `bitfold-quorum` (docs/protocol.md §12). Masters only.
 }
 
 enum Format { words @0; roaring @1; count @2; }
@@ -56,7 +64,10 @@ struct Error {
   failedMachines @2 :List(Text);
 }
 
-enum ErrorKind { badQuery @0; notFound @1; unavailable @2; internal @3; tooLarge @4; forbidden @5; }
+enum ErrorKind { badQuery @0; notFound @1; unavailable @2; internal @3; tooLarge @4; forbidden @5; notLeader @6; }
+# `notLeader`: the master called is one of several and does not lead now;
+# nothing was done. Its message names the leader when it knows one; a
+# client tries the next master.
 
 # ---------------------------------------------------------------------------
 # bitfold's own structures.
@@ -143,6 +154,18 @@ struct SlaveStatus {
   sentBytes @8 :UInt64;        # bytes it sent to other processes since it started
   certificateNotAfter @9 :Int64;  # when its TLS certificate expires (Unix seconds;
                                   # 0 without TLS or not known yet)
+}
+
+struct MasterStatus {
+  # One master of a replicated cluster, as the master answering sees it.
+  name @0 :Text;
+  addr @1 :Text;
+  state @2 :Text;      # "leader", "follower", "learner" or "down"
+  logIndex @3 :UInt64; # the last log entry it holds (the leader's own; a
+                       # follower's as far as the leader knows it matches)
+  applied @4 :UInt64;  # the last entry the answering master applied (its own only)
+  term @5 :UInt64;     # the term the answering master is in
+  reason @6 :Text;     # why it is down; empty otherwise
 }
 
 struct Machine {

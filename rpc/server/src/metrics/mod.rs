@@ -411,6 +411,7 @@ pub(crate) fn outcome_label(outcome: Result<(), ErrorKind>) -> &'static str {
         Err(ErrorKind::TooLarge) => "tooLarge",
         Err(ErrorKind::Internal) => "internal",
         Err(ErrorKind::Forbidden) => "forbidden",
+        Err(ErrorKind::NotLeader) => "notLeader",
     }
 }
 
