@@ -134,15 +134,22 @@ pub struct SlaveArgs {
 /// `bitfold master`.
 #[derive(Debug, Args)]
 pub struct MasterArgs {
-    /// Address to listen on for DBMS connections.
-    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_MASTER)]
-    pub listen: String,
+    /// Address to listen on for DBMS connections [default: 127.0.0.1:7100;
+    /// with --name, the `addr` of the master's `[[masters]]` entry].
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "name")]
+    pub listen: Option<String>,
     /// Cluster file (TOML): `replicas` and the `[[slaves]]` with `name` and
     /// `addr`, optionally a `[tls]` table naming the master's `ca`, `cert` and `key`,
     /// and `master = "HOST:PORT"`, this master's address, which slaves
-    /// started with `--cluster FILE` admit.
+    /// started with `--cluster FILE` admit. Several masters are listed as
+    /// `[[masters]]` entries with `name` and `addr` (1, 3 or 5): their
+    /// records are replicated by Raft, and the leader serves.
     #[arg(long, value_name = "FILE")]
     pub cluster: PathBuf,
+    /// Which `[[masters]]` entry of the cluster file this master is; it
+    /// listens on the entry's `addr`. Needed when the file lists `[[masters]]`.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
     /// Where the master keeps its catalog of vids [default: `master-data` beside the cluster file].
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,

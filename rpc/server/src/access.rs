@@ -14,6 +14,8 @@ use crate::tls::{Role, Tls};
 pub(crate) const READ: &[Role] = &[Role::Reader, Role::Admin];
 /// The master's methods that change it: `import`, `clear`, `delete`, `rebalance`.
 pub(crate) const CHANGE: &[Role] = &[Role::Admin];
+/// `Master.raft`: only the other masters call it.
+pub(crate) const MASTERS: &[Role] = &[Role::Master];
 /// Every slave method: only the master and other slaves call them.
 pub(crate) const CLUSTER: &[Role] = &[Role::Master, Role::Slave];
 

@@ -20,7 +20,7 @@
 //! key = "tls/master/key.pem"
 //! ```
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -161,14 +161,60 @@ pub struct ClusterFile {
     /// The slaves and how vectors are placed on them.
     pub cluster: ClusterConfig,
     /// The `master` key: the master's address, `HOST:PORT`. A slave started
-    /// with the file admits connections from the addresses its host and the
-    /// slaves' hosts resolve to (docs/protocol.md §11); the master does not
-    /// read it.
+    /// with the file admits connections from the addresses its host, the
+    /// `[[masters]]`' hosts and the slaves' hosts resolve to
+    /// (docs/protocol.md §11); the master does not read it.
     pub master: Option<String>,
     /// The `[tls]` table: the master's certificate files, as the file
     /// writes them (relative to its folder unless absolute; see
     /// [`Files::relative_to`]). The master uses them when given no `--tls DIR`.
     pub tls: Option<Files>,
+    /// The `[[masters]]` entries: several masters whose records Raft
+    /// replicates (docs/protocol.md §12). Empty: one master, as `master`
+    /// or `--listen` says.
+    pub masters: Vec<MasterEntry>,
+}
+
+/// One master of a replicated cluster (a `[[masters]]` entry).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MasterEntry {
+    /// A unique name, used in messages and status (`m0`); it also numbers
+    /// the master in Raft, so a master replaced keeps no old name.
+    pub name: String,
+    /// Where the master listens, `HOST:PORT`, as the other masters, the
+    /// slaves and clients reach it.
+    pub addr: String,
+}
+
+/// Checks the `[[masters]]` entries: 1, 3 or 5 (a majority survives the
+/// loss of any one, or two), names and addresses unique.
+fn check_masters(masters: &[MasterEntry]) -> Result<(), String> {
+    if !masters.is_empty() && ![1, 3, 5].contains(&masters.len()) {
+        return Err(format!(
+            "{} [[masters]] entries: list 1, 3 or 5 masters (a majority of them must be up \
+             to write, so an even count only adds a machine that can fail)",
+            masters.len()
+        ));
+    }
+    let mut names = BTreeSet::new();
+    let mut addrs = BTreeSet::new();
+    for entry in masters {
+        check_master(&entry.addr)?;
+        if !names.insert(entry.name.as_str()) {
+            return Err(format!(
+                "two [[masters]] are named {:?}: give each its own name",
+                entry.name
+            ));
+        }
+        if !addrs.insert(entry.addr.as_str()) {
+            return Err(format!(
+                "two [[masters]] listen on {}: give each its own address",
+                entry.addr
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl ClusterFile {
@@ -195,13 +241,27 @@ impl ClusterFile {
         let mut table: toml::Table = toml::from_str(text).map_err(parse_error)?;
         let master = table.remove("master");
         let tls = table.remove("tls");
-        // Without a `master` key or a `[tls]` table the text is read as the
-        // cluster directly, so that an error in it gives its line and column.
-        let cluster: ClusterConfig = match (&master, &tls) {
-            (None, None) => toml::from_str(text),
+        let masters = table.remove("masters");
+        // Without a `master` key, `[tls]` table or `[[masters]]` the text is
+        // read as the cluster directly, so that an error in it gives its line
+        // and column.
+        let cluster: ClusterConfig = match (&master, &tls, &masters) {
+            (None, None, None) => toml::from_str(text),
             _ => table.try_into(),
         }
         .map_err(parse_error)?;
+        let masters: Vec<MasterEntry> = masters
+            .map(|masters| {
+                masters.try_into().map_err(|e: toml::de::Error| {
+                    invalid(format!(
+                        "[[masters]]: {} (each names a master's `name` and `addr`)",
+                        e.to_string().trim_end().replace('\n', " ")
+                    ))
+                })
+            })
+            .transpose()?
+            .unwrap_or_default();
+        check_masters(&masters).map_err(invalid)?;
         let master = master
             .map(|master| match master {
                 toml::Value::String(addr) => check_master(&addr).map(|()| addr),
@@ -227,17 +287,24 @@ impl ClusterFile {
             cluster,
             master,
             tls,
+            masters,
         })
     }
 
-    /// The cluster file text: the `master` key, the cluster, then the
-    /// `[tls]` table.
+    /// The cluster file text: the `master` key, the cluster, the
+    /// `[[masters]]`, then the `[tls]` table.
     pub fn to_toml(&self) -> String {
         let mut text = match &self.master {
             Some(master) => format!("master = {}\n", toml::Value::from(master.as_str())),
             None => String::new(),
         };
         text.push_str(&self.cluster.to_toml());
+        for entry in &self.masters {
+            let table =
+                toml::to_string(entry).expect("a master's name and address always serialise");
+            text.push_str("\n[[masters]]\n");
+            text.push_str(&table);
+        }
         if let Some(tls) = &self.tls {
             let table = toml::to_string(tls).expect("paths of TLS files always serialise");
             text.push_str("\n[tls]\n");

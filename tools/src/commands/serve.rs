@@ -4,11 +4,11 @@ use std::path::Path;
 
 use anyhow::Context;
 use bitfold_net::tls::Tls;
-use bitfold_server::cluster::ClusterFile;
-use bitfold_server::master::{self, MasterOptions};
+use bitfold_server::cluster::{ClusterFile, MasterEntry};
+use bitfold_server::master::{self, MasterOptions, Replication};
 use bitfold_server::slave::{self, Admit, SlaveOptions};
 
-use crate::cli::{MasterArgs, SlaveArgs};
+use crate::cli::{DEFAULT_MASTER, MasterArgs, SlaveArgs};
 
 /// Serves a slave; prints `slave listening on ADDR` once it accepts calls.
 pub fn slave(args: SlaveArgs) -> anyhow::Result<()> {
@@ -24,11 +24,31 @@ pub fn slave(args: SlaveArgs) -> anyhow::Result<()> {
 
 /// Serves the master; prints `master listening on ADDR` once it answers queries.
 pub fn master(args: MasterArgs) -> anyhow::Result<()> {
-    let ClusterFile { cluster, tls, .. } = ClusterFile::load(&args.cluster)?;
-    let data_dir = args
-        .data_dir
-        .unwrap_or_else(|| default_master_dir(&args.cluster));
-    let mut options = MasterOptions::new(args.listen, cluster, data_dir);
+    let ClusterFile {
+        cluster,
+        tls,
+        masters,
+        ..
+    } = ClusterFile::load(&args.cluster)?;
+    let replication = replication(&args, masters)?;
+    let listen = match &replication {
+        Some(place) => place
+            .masters
+            .iter()
+            .find(|m| m.name == place.name)
+            .map(|m| m.addr.clone())
+            .expect("the name is one of the entries"),
+        None => args
+            .listen
+            .clone()
+            .unwrap_or_else(|| DEFAULT_MASTER.to_owned()),
+    };
+    let data_dir = args.data_dir.clone().unwrap_or_else(|| match &replication {
+        Some(place) => default_master_dir(&args.cluster).join(&place.name),
+        None => default_master_dir(&args.cluster),
+    });
+    let mut options = MasterOptions::new(listen, cluster, data_dir);
+    options.replication = replication;
     options.cluster_file = Some(args.cluster.clone());
     options.policy = args.policy;
     options.plan = args.plan;
@@ -58,7 +78,44 @@ pub fn master(args: MasterArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `master-data` beside the cluster file (docs/protocol.md §6).
+/// This master's place among the cluster file's `[[masters]]`, if it lists any.
+fn replication(
+    args: &MasterArgs,
+    masters: Vec<MasterEntry>,
+) -> anyhow::Result<Option<Replication>> {
+    let file = args.cluster.display();
+    match (&args.name, masters.is_empty()) {
+        (None, true) => Ok(None),
+        (None, false) => anyhow::bail!(
+            "the cluster file {file} lists [[masters]]: say which one this is with --name \
+             (one of {})",
+            names(&masters)
+        ),
+        (Some(name), true) => anyhow::bail!(
+            "--name {name}: the cluster file {file} lists no [[masters]]; add them, or start \
+             the one master without --name"
+        ),
+        (Some(name), false) if !masters.iter().any(|m| &m.name == name) => anyhow::bail!(
+            "--name {name}: the cluster file {file} lists no such master (it lists {})",
+            names(&masters)
+        ),
+        (Some(name), false) => Ok(Some(Replication {
+            name: name.clone(),
+            masters,
+        })),
+    }
+}
+
+fn names(masters: &[MasterEntry]) -> String {
+    masters
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `master-data` beside the cluster file (with several masters, one
+/// folder per master in it) (docs/protocol.md §6).
 fn default_master_dir(cluster_file: &Path) -> std::path::PathBuf {
     cluster_file
         .parent()

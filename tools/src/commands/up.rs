@@ -144,6 +144,7 @@ fn cluster_for(args: &UpArgs) -> anyhow::Result<ClusterConfig> {
             cluster,
             master: None,
             tls: None,
+            masters: Vec::new(),
         }
     };
     if whole.master.as_ref() != Some(&master) {

@@ -2,7 +2,8 @@
 //! the caller's role ([`crate::access`]) before the master answers it. A
 //! refused call is answered with the error kind `forbidden` where the
 //! method's result has an error (a bare capnp error where it has none),
-//! counted, and changes nothing.
+//! counted, and changes nothing. A call that passes goes to the master
+//! serving now ([`Serving`]); `raft`, from another master, to its Raft node.
 
 use std::rc::Rc;
 
@@ -11,12 +12,12 @@ use crate::bitfold_capnp::master;
 use crate::tls::Role;
 use bitfold_proto::ErrorKind;
 
-use super::Master;
 use super::reply::Failure;
+use super::serving::Serving;
 
 /// The master, as one connection's caller may call it.
 pub(super) struct Guarded {
-    pub(super) master: Rc<Master>,
+    pub(super) serving: Rc<Serving>,
     pub(super) caller: Caller,
 }
 
@@ -27,7 +28,7 @@ impl Guarded {
         let why = self.caller.may(method, roles).err()?;
         tracing::info!("{why}");
         let role = self.caller.role_label();
-        self.master.metrics.forbidden.count(method, role);
+        self.serving.metrics().forbidden.count(method, role);
         Some(Failure::new(ErrorKind::Forbidden, why))
     }
 }
@@ -48,9 +49,25 @@ macro_rules! checked {
                     if let Some(failure) = self.refused(stringify!($method), $roles) {
                         return checked!(@refuse failure, results $(, $init)?);
                     }
-                    master::Server::$method(self.master.clone(), params, results).await
+                    match self.serving.master(stringify!($method)).await {
+                        Ok(master) => master::Server::$method(master, params, results).await,
+                        Err(failure) => checked!(@refuse failure, results $(, $init)?),
+                    }
                 }
             )*
+
+            async fn raft(
+                self: Rc<Self>,
+                params: master::RaftParams,
+                mut results: master::RaftResults,
+            ) -> Result<(), capnp::Error> {
+                if let Some(failure) = self.refused("raft", access::MASTERS) {
+                    return Err(capnp::Error::failed(failure.message));
+                }
+                let reply = self.serving.raft(params.get()?.get_request()?).await;
+                results.get().set_reply(&reply.map_err(capnp::Error::failed)?);
+                Ok(())
+            }
         }
     };
     (@refuse $failure:ident, $results:ident, $init:ident) => {{

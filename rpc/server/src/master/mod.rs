@@ -30,6 +30,7 @@ mod in_flight;
 mod journal;
 mod layout;
 mod ledger;
+mod links;
 mod missed;
 mod options;
 mod plan;
@@ -39,12 +40,13 @@ mod recorded;
 mod records;
 mod refill;
 mod reply;
+mod serving;
 mod slaves;
 pub(crate) mod start;
 mod trace;
 mod update;
 
-pub use options::MasterOptions;
+pub use options::{MasterOptions, Replication};
 pub use plan::{CoordinatorPolicy, PlanChoice};
 pub use reply::MAX_DATA_BYTES;
 
@@ -52,21 +54,23 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 
-use crate::access::Caller;
+use bitfold_quorum::Quorum;
+
 use crate::bitfold_capnp::{master, update_outcome};
 use crate::catalog::Catalog;
 use crate::chain::{FailedMachine, VidRun};
-use crate::metrics::{self, MasterMetrics};
+use crate::metrics::MasterMetrics;
 use crate::net::{self, Pool};
 use bitfold_proto::ErrorKind;
 use fence::Fence;
-use guard::Guarded;
 use in_flight::InFlight;
 use layout::{Layout, Placement};
 use plan::Turn;
 use records::Records;
 use reply::{Failure, write_found};
+use serving::Serving;
 use slaves::Slaves;
 use trace::Trace;
 
@@ -87,65 +91,77 @@ pub fn run_until(
         return Err(crate::Error::Config("attempts must be at least 1".into()));
     }
     crate::access::require(options.tls.as_ref(), crate::tls::Role::Master)?;
+    if options.replication.is_some() {
+        return serving::run_replicated(options, on_ready, stop);
+    }
     let catalog = Catalog::open(&options.data_dir).map_err(crate::Error::Catalog)?;
-    let start::OnDisk {
-        layout,
-        move_next,
-        journal,
-        missed,
-        ledger,
-    } = start::read(&catalog, &options.cluster).map_err(crate::Error::Config)?;
+    let on_disk = start::read(&catalog, &options.cluster).map_err(crate::Error::Config)?;
     net::block_on_local(async move {
-        let listener = crate::bind(&options.listen).await?;
-        let addr = crate::local_addr(&listener)?;
+        let shared = Shared {
+            metrics: Rc::new(MasterMetrics::new()),
+            sent: net::Sent::default(),
+            quorum: None,
+        };
+        let (master, _tasks) = Master::start(options.clone(), catalog, on_disk, shared).await?;
+        serving::listen(&options, Serving::One(master), on_ready, stop).await
+    })?
+}
+
+impl Master {
+    /// Serves from `catalog` and the records read with it: rolls forward
+    /// the writes a stop interrupted, probes every slave, and starts the
+    /// background probe and refill loops, which stop when the [`Tasks`]
+    /// returned are dropped.
+    async fn start(
+        options: MasterOptions,
+        catalog: Catalog,
+        on_disk: start::OnDisk,
+        shared: Shared,
+    ) -> Result<(Rc<Master>, Tasks), crate::Error> {
+        let start::OnDisk {
+            layout,
+            move_next,
+            journal,
+            missed,
+            ledger,
+        } = on_disk;
         let tls = options.tls.clone();
         let state = Rc::new(Master {
             options,
-            pool: Pool::new(net::Sent::default(), tls.clone()),
+            pool: Pool::new(net::Sent::default(), tls),
             slaves: Slaves::new(layout.slaves().len(), missed),
             placement: Placement::new(layout, move_next),
             records: Records::new(catalog, journal),
             fence: Fence::new(ledger),
             in_flight: Rc::new(InFlight::default()),
             turn: Turn::default(),
-            metrics: MasterMetrics::new(),
-            sent: net::Sent::default(),
+            metrics: shared.metrics,
+            sent: shared.sent,
+            quorum: shared.quorum,
         });
         state
             .records
             .recover()
             .await
             .map_err(crate::Error::Config)?;
-        if let Some(listen) = &state.options.metrics {
-            let master = state.clone();
-            metrics::serve(listen, tls.clone(), move || master.render_metrics()).await?;
-        }
-        let sent = state.sent.clone();
         state.probe_round(probe::Writes::Take).await;
-        tokio::task::spawn_local(probe::probe_loop(state.clone()));
-        tokio::task::spawn_local(refill::refill_loop(state.clone()));
-        if let Some(tls) = &tls {
-            tokio::task::spawn_local(tls.clone().watch());
+        let tasks = Tasks(vec![
+            tokio::task::spawn_local(probe::probe_loop(state.clone())),
+            tokio::task::spawn_local(refill::refill_loop(state.clone())),
+        ]);
+        Ok((state, tasks))
+    }
+}
+
+/// A master's background loops: aborted when dropped.
+struct Tasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
         }
-        let serve = {
-            let tls = tls.clone();
-            move |peer: &net::Peer| {
-                let caller = Caller::new(peer, tls.as_ref());
-                let guarded = Guarded {
-                    master: state.clone(),
-                    caller,
-                };
-                let client: master::Client = capnp_rpc::new_client(guarded);
-                Ok(client.client)
-            }
-        };
-        on_ready(addr);
-        tokio::select! {
-            () = net::accept_loop(listener, serve, sent, tls) => {}
-            () = stop => {}
-        }
-        Ok(())
-    })?
+    }
 }
 
 /// The master's state, shared by every connection: each part owned by a
@@ -165,10 +181,22 @@ struct Master {
     in_flight: Rc<InFlight>,
     /// Whose turn it is to coordinate, under round robin.
     turn: Turn,
-    /// What it counts for `/metrics`.
-    metrics: MasterMetrics,
+    /// What it counts for `/metrics` (the process's: a master that leads
+    /// again counts on).
+    metrics: Rc<MasterMetrics>,
     /// Bytes its DBMS connections have sent.
     sent: net::Sent,
+    /// This master's Raft node, when it is one of several.
+    quorum: Option<Arc<Quorum>>,
+}
+
+/// What a master process keeps while masters come and go in it (one
+/// master leading, deposed, leading again).
+#[derive(Clone)]
+struct Shared {
+    metrics: Rc<MasterMetrics>,
+    sent: net::Sent,
+    quorum: Option<Arc<Quorum>>,
 }
 
 impl Master {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{CoordinatorPolicy, PlanChoice};
-use crate::cluster::ClusterConfig;
+use crate::cluster::{ClusterConfig, MasterEntry};
 use crate::query::Limits;
 use crate::tls::Tls;
 
@@ -51,6 +51,18 @@ pub struct MasterOptions {
     /// Mutual TLS on every link, from the DBMS and to the slaves (none by
     /// default: plain TCP).
     pub tls: Option<Tls>,
+    /// This master's place among several whose records Raft replicates
+    /// (none by default: the one master).
+    pub replication: Option<Replication>,
+}
+
+/// A master's place among several (the cluster file's `[[masters]]`).
+#[derive(Debug, Clone)]
+pub struct Replication {
+    /// This master's name.
+    pub name: String,
+    /// Every master, this one included.
+    pub masters: Vec<MasterEntry>,
 }
 
 impl MasterOptions {
@@ -77,6 +89,7 @@ impl MasterOptions {
             metrics: None,
             slow: None,
             tls: None,
+            replication: None,
         }
     }
 

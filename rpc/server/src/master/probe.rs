@@ -346,5 +346,21 @@ impl Master {
         }
         let own = crate::tls::Tls::not_after_seconds(self.options.tls.as_ref());
         results.get().set_certificate_not_after(own);
+        if let Some(quorum) = &self.quorum {
+            let standing = quorum.standing();
+            let mut list = results.get().init_masters(standing.masters.len() as u32);
+            for (i, member) in standing.masters.iter().enumerate() {
+                let mut out = list.reborrow().get(i as u32);
+                out.set_name(member.name.as_str());
+                out.set_addr(member.addr.as_str());
+                out.set_state(member.state);
+                out.set_log_index(member.log_index);
+                if member.state == "leader" {
+                    out.set_applied(standing.applied);
+                }
+                out.set_term(standing.term);
+                out.set_reason(member.reason.as_str());
+            }
+        }
     }
 }

@@ -144,14 +144,19 @@ impl Admitted {
 /// The hosts of the master and slaves in the cluster file `path`.
 fn hosts_in(path: &Path) -> Result<Vec<String>, ConfigError> {
     let file = ClusterFile::load(path)?;
-    let master = file.master.ok_or_else(|| ConfigError::Invalid {
-        path: path.to_owned(),
-        message: "no `master = \"HOST:PORT\"`: a slave started with the file admits only the \
-                  addresses of the master and slaves it names; add the master's"
-            .to_owned(),
-    })?;
+    if file.master.is_none() && file.masters.is_empty() {
+        return Err(ConfigError::Invalid {
+            path: path.to_owned(),
+            message: "no `master = \"HOST:PORT\"` nor [[masters]]: a slave started with the file \
+                      admits only the addresses of the masters and slaves it names; add the \
+                      master's"
+                .to_owned(),
+        });
+    }
+    let masters = file.master.iter().map(String::as_str);
+    let replicated = file.masters.iter().map(|m| m.addr.as_str());
     let slaves = file.cluster.slaves.iter().map(|slave| slave.addr.as_str());
-    Ok(hosts_of(std::iter::once(master.as_str()).chain(slaves)))
+    Ok(hosts_of(masters.chain(replicated).chain(slaves)))
 }
 
 /// The distinct hosts of `HOST:PORT` addresses.

@@ -1,0 +1,189 @@
+//! The records directory as the leading master writes it: reads from this
+//! master's copy; each write proposed to Raft, returning once a majority of
+//! masters holds it and this master has applied it.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use bitfold_engine::store::{AppendFile, Directory, FileBytes, FileWriter, StoreError};
+use openraft::Raft;
+use tokio::sync::Notify;
+
+use crate::{Change, Records};
+
+/// The records directory, replicated (see the module).
+pub struct ReplicatedDirectory {
+    local: Arc<dyn Directory>,
+    raft: Raft<Records>,
+    runtime: tokio::runtime::Handle,
+    timeout: Duration,
+    failed: Arc<Notify>,
+}
+
+impl std::fmt::Debug for ReplicatedDirectory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicatedDirectory")
+            .field("local", &self.local)
+            .finish()
+    }
+}
+
+impl ReplicatedDirectory {
+    pub(crate) fn new(
+        local: Arc<dyn Directory>,
+        raft: Raft<Records>,
+        runtime: tokio::runtime::Handle,
+        timeout: Duration,
+        failed: Arc<Notify>,
+    ) -> ReplicatedDirectory {
+        ReplicatedDirectory {
+            local,
+            raft,
+            runtime,
+            timeout,
+            failed,
+        }
+    }
+
+    /// Proposes `change` and waits, blocking this thread, until it is
+    /// applied here or has failed; Raft runs on threads of its own.
+    fn propose(&self, name: &str, change: Change) -> Result<(), StoreError> {
+        let (done, outcome) = mpsc::sync_channel(1);
+        let raft = self.raft.clone();
+        self.runtime.spawn(async move {
+            let written = raft.client_write(change).await;
+            let _ = done.send(written.map(|_| ()).map_err(|e| e.to_string()));
+        });
+        let why = match outcome.recv_timeout(self.timeout) {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => format!("the masters did not record it: {e}"),
+            Err(_) => format!(
+                "no majority of masters recorded it within {:?}: are most masters down?",
+                self.timeout
+            ),
+        };
+        // What this master holds in memory may now differ from the
+        // records: it must start again from them.
+        self.failed.notify_one();
+        Err(StoreError::Io {
+            action: "replicate",
+            path: self.local.path(name),
+            cause: io::Error::other(why),
+        })
+    }
+}
+
+impl Directory for ReplicatedDirectory {
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.local.path(name)
+    }
+
+    fn list(&self) -> Result<Vec<String>, StoreError> {
+        self.local.list()
+    }
+
+    fn read(&self, name: &str) -> Result<FileBytes, StoreError> {
+        self.local.read(name)
+    }
+
+    fn create(&self, name: &str) -> Result<Box<dyn FileWriter>, StoreError> {
+        Ok(Box::new(Staged {
+            dir: self.clone_handle(),
+            name: name.to_owned(),
+            bytes: Vec::new(),
+        }))
+    }
+
+    fn delete(&self, name: &str) -> Result<(), StoreError> {
+        self.propose(
+            name,
+            Change::Delete {
+                name: name.to_owned(),
+            },
+        )
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        // Every change is durable on a majority once proposed.
+        Ok(())
+    }
+
+    fn open_append(&self, name: &str) -> Result<Box<dyn AppendFile>, StoreError> {
+        if !self.local.list()?.iter().any(|n| n == name) {
+            self.propose(
+                name,
+                Change::WriteAt {
+                    name: name.to_owned(),
+                    at: 0,
+                    bytes: Vec::new(),
+                },
+            )?;
+        }
+        Ok(Box::new(Appending {
+            dir: self.clone_handle(),
+            name: name.to_owned(),
+        }))
+    }
+}
+
+impl ReplicatedDirectory {
+    fn clone_handle(&self) -> Arc<ReplicatedDirectory> {
+        Arc::new(ReplicatedDirectory {
+            local: self.local.clone(),
+            raft: self.raft.clone(),
+            runtime: self.runtime.clone(),
+            timeout: self.timeout,
+            failed: self.failed.clone(),
+        })
+    }
+}
+
+/// A file being written: proposed whole when committed.
+struct Staged {
+    dir: Arc<ReplicatedDirectory>,
+    name: String,
+    bytes: Vec<u8>,
+}
+
+impl FileWriter for Staged {
+    fn write_all(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        self.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn commit(self: Box<Self>) -> Result<(), StoreError> {
+        let Staged { dir, name, bytes } = *self;
+        dir.propose(&name.clone(), Change::Write { name, bytes })
+    }
+}
+
+/// An append-only file: each write and cut proposed.
+struct Appending {
+    dir: Arc<ReplicatedDirectory>,
+    name: String,
+}
+
+impl AppendFile for Appending {
+    fn write_at(&mut self, at: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        self.dir.propose(
+            &self.name,
+            Change::WriteAt {
+                name: self.name.clone(),
+                at,
+                bytes: bytes.to_vec(),
+            },
+        )
+    }
+
+    fn truncate(&mut self, len: u64) -> Result<(), StoreError> {
+        self.dir.propose(
+            &self.name,
+            Change::Truncate {
+                name: self.name.clone(),
+                len,
+            },
+        )
+    }
+}

@@ -1,0 +1,108 @@
+//! The master's records replicated by Raft, so that no one master process
+//! or disk is a single point of failure (docs/protocol.md §12).
+//!
+//! A master keeps its records (catalog, journal, ledger, layout) as files
+//! of one directory ([`bitfold_engine::store::Directory`]). With several
+//! masters, each change to that directory (a file written whole, a file
+//! deleted, bytes appended to a log file, a log file cut) is one entry of
+//! a Raft log, replicated by [openraft](https://docs.rs/openraft); an entry
+//! a majority of masters holds durably is applied, in log order, to every
+//! master's copy of the directory. The leader's master writes through
+//! [`ReplicatedDirectory`], whose writes return once their entry is
+//! applied; the other masters only apply.
+//!
+//! - [`log`]: the Raft log and vote, on the master's disk;
+//! - [`files`]: the state machine, the directory of files, and its snapshots;
+//! - [`network`]: the messages between masters, over a [`Transport`] the
+//!   caller provides (bitfold's servers carry them in Cap'n Proto calls);
+//! - [`node`]: one master's Raft node ([`Quorum`]) and what it reports;
+//! - [`directory`]: the master's directory, replicated.
+
+pub mod directory;
+pub mod files;
+pub mod log;
+pub mod network;
+pub mod node;
+
+use std::fmt;
+use std::hash::Hasher;
+
+use serde::{Deserialize, Serialize};
+
+pub use directory::ReplicatedDirectory;
+pub use network::Transport;
+pub use node::{MemberState, Quorum, QuorumOptions, Standing};
+
+openraft::declare_raft_types!(
+    /// The Raft types of the masters' log: each entry one [`Change`] to
+    /// the records directory; masters are numbered by [`member_id`] and
+    /// reached at an address.
+    pub Records:
+        D = Change,
+        R = (),
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+);
+
+/// One change to the records directory: what a log entry carries.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    /// File `name` now holds `bytes` (written whole, replacing any).
+    Write {
+        /// The file.
+        name: String,
+        /// Its whole content.
+        bytes: Vec<u8>,
+    },
+    /// File `name` is gone.
+    Delete {
+        /// The file.
+        name: String,
+    },
+    /// `bytes` are written at byte `at` of the append-only file `name`
+    /// (created empty if missing).
+    WriteAt {
+        /// The file.
+        name: String,
+        /// Where in it.
+        at: u64,
+        /// What.
+        bytes: Vec<u8>,
+    },
+    /// The append-only file `name` is cut to `len` bytes.
+    Truncate {
+        /// The file.
+        name: String,
+        /// Its new length.
+        len: u64,
+    },
+}
+
+impl fmt::Debug for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Change::Write { name, bytes } => write!(f, "write {name} ({} bytes)", bytes.len()),
+            Change::Delete { name } => write!(f, "delete {name}"),
+            Change::WriteAt { name, at, bytes } => {
+                write!(f, "write {} bytes at {at} of {name}", bytes.len())
+            }
+            Change::Truncate { name, len } => write!(f, "cut {name} to {len} bytes"),
+        }
+    }
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// The Raft id of the master named `name` in the cluster file: a hash of
+/// the name, so every master numbers every other the same way without
+/// being told, and a new master under a new name gets a new id.
+pub fn member_id(name: &str) -> u64 {
+    let mut hasher = fnv::FnvHasher::default();
+    hasher.write(name.as_bytes());
+    hasher.finish()
+}

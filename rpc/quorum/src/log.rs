@@ -1,0 +1,227 @@
+//! The Raft log and vote of one master, in its Raft folder: each entry a
+//! sealed file `entry-<index>`, the vote and the last purged entry's id
+//! sealed files `vote` and `purged`. Every file is written whole and
+//! renamed into place, so a crash leaves each one old or new. Entries are
+//! read from disk when asked for; memory holds only their ids.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::ops::RangeBounds;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use bitfold_engine::store::{Directory, StoreError, read_sealed, write_sealed};
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{
+    AnyError, Entry, LogId, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::Records;
+
+const VOTE: &str = "vote";
+const PURGED: &str = "purged";
+const ENTRY: &str = "entry-";
+
+/// The log: shared by the Raft core and its readers.
+#[derive(Clone)]
+pub struct LogStore {
+    inner: Arc<Mutex<Inner>>,
+}
+
+struct Inner {
+    dir: Arc<dyn Directory>,
+    /// The id of every entry held, by index.
+    ids: BTreeMap<u64, LogId<u64>>,
+    vote: Option<Vote<u64>>,
+    purged: Option<LogId<u64>>,
+}
+
+impl LogStore {
+    /// Reads the log of `dir` (the master's Raft folder); a damaged file or
+    /// a gap between entries is refused with an error naming it.
+    pub fn open(dir: Arc<dyn Directory>) -> Result<LogStore, String> {
+        let vote = read_optional(&*dir, VOTE)?;
+        let purged: Option<LogId<u64>> = read_optional(&*dir, PURGED)?;
+        let mut ids = BTreeMap::new();
+        for name in dir.list().map_err(|e| e.to_string())? {
+            let Some(index) = name.strip_prefix(ENTRY).and_then(|i| i.parse::<u64>().ok()) else {
+                continue;
+            };
+            let entry: Entry<Records> = decode(&*dir, &name)?;
+            if entry.log_id.index != index {
+                return Err(format!(
+                    "{} holds entry {} of the Raft log, not {index}: restore the master's \
+                     data directory from a backup, or remove it and add the master again",
+                    dir.path(&name).display(),
+                    entry.log_id.index
+                ));
+            }
+            ids.insert(index, entry.log_id);
+        }
+        let first = purged.map_or(0, |p| p.index + 1);
+        ids.retain(|&i, _| i >= first);
+        let contiguous = ids.keys().zip(ids.keys().skip(1)).all(|(a, b)| *b == a + 1);
+        let starts = purged.is_none() || ids.keys().next().is_none_or(|&i| i == first);
+        if !contiguous || !starts {
+            return Err(format!(
+                "the Raft log in {} has a gap: restore the master's data directory from a \
+                 backup, or remove it and add the master again",
+                dir.path("").display()
+            ));
+        }
+        Ok(LogStore {
+            inner: Arc::new(Mutex::new(Inner {
+                dir,
+                ids,
+                vote,
+                purged,
+            })),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether this log was never written: a master starting a new cluster.
+    pub fn is_new(&self) -> bool {
+        let inner = self.lock();
+        inner.vote.is_none() && inner.ids.is_empty() && inner.purged.is_none()
+    }
+}
+
+fn entry_name(index: u64) -> String {
+    format!("{ENTRY}{index:020}")
+}
+
+fn encode(value: &impl Serialize) -> Result<Vec<u8>, AnyError> {
+    postcard::to_stdvec(value).map_err(|e| AnyError::error(e.to_string()))
+}
+
+fn decode<T: DeserializeOwned>(dir: &dyn Directory, name: &str) -> Result<T, String> {
+    let damaged = |e: String| {
+        format!(
+            "{} is damaged ({e}): restore the master's data directory from a backup, or remove \
+             it and add the master again",
+            dir.path(name).display()
+        )
+    };
+    let body = read_sealed(dir, name).map_err(|e| damaged(e.to_string()))?;
+    postcard::from_bytes(&body).map_err(|e| damaged(e.to_string()))
+}
+
+fn read_optional<T: DeserializeOwned>(
+    dir: &dyn Directory,
+    name: &str,
+) -> Result<Option<T>, String> {
+    if dir
+        .list()
+        .map_err(|e| e.to_string())?
+        .iter()
+        .any(|n| n == name)
+    {
+        decode(dir, name).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+fn write(dir: &dyn Directory, name: &str, value: &impl Serialize) -> Result<(), AnyError> {
+    let body = encode(value)?;
+    write_sealed(dir, name, &body).map_err(|e| AnyError::error(e.to_string()))
+}
+
+impl RaftLogReader<Records> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<Records>>, StorageError<u64>> {
+        let inner = self.lock();
+        let mut entries = Vec::new();
+        for &index in inner.ids.range(range).map(|(i, _)| i) {
+            let entry = decode(&*inner.dir, &entry_name(index))
+                .map_err(|e| StorageIOError::read_log_at_index(index, AnyError::error(e)))?;
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+}
+
+impl RaftLogStorage<Records> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<Records>, StorageError<u64>> {
+        let inner = self.lock();
+        let last = inner.ids.values().next_back().copied().or(inner.purged);
+        Ok(LogState {
+            last_purged_log_id: inner.purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> LogStore {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError<u64>> {
+        let mut inner = self.lock();
+        write(&*inner.dir, VOTE, vote).map_err(StorageIOError::write_vote)?;
+        inner.vote = Some(*vote);
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, StorageError<u64>> {
+        Ok(self.lock().vote)
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<Records>,
+    ) -> Result<(), StorageError<u64>>
+    where
+        I: IntoIterator<Item = Entry<Records>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut inner = self.lock();
+        for entry in entries {
+            write(&*inner.dir, &entry_name(entry.log_id.index), &entry)
+                .map_err(|e| StorageIOError::write_log_entry(entry.log_id, e))?;
+            inner.ids.insert(entry.log_id.index, entry.log_id);
+        }
+        callback.log_io_completed(Ok(()));
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
+        let mut inner = self.lock();
+        let cut: Vec<u64> = inner.ids.range(log_id.index..).map(|(&i, _)| i).collect();
+        // Last first: a crash leaves the log without a gap.
+        inner.remove(cut.into_iter().rev()).map_err(failed)
+    }
+
+    async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
+        let mut inner = self.lock();
+        write(&*inner.dir, PURGED, &log_id).map_err(StorageIOError::write_logs)?;
+        inner.purged = Some(log_id);
+        let gone: Vec<u64> = inner.ids.range(..=log_id.index).map(|(&i, _)| i).collect();
+        // First first: a crash leaves the log without a gap.
+        inner.remove(gone.into_iter()).map_err(failed)
+    }
+}
+
+impl Inner {
+    /// Removes the entries `indexes`, in that order, durably.
+    fn remove(&mut self, indexes: impl Iterator<Item = u64>) -> Result<(), StoreError> {
+        for index in indexes {
+            self.dir.delete(&entry_name(index))?;
+            self.ids.remove(&index);
+        }
+        self.dir.sync()
+    }
+}
+
+fn failed(e: StoreError) -> StorageError<u64> {
+    StorageIOError::write_logs(AnyError::error(e.to_string())).into()
+}

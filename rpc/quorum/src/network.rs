@@ -1,0 +1,165 @@
+//! The messages between masters: Raft's requests (a vote, entries to
+//! append, a snapshot's chunk) and their answers, encoded with postcard,
+//! sent over a [`Transport`] the caller provides.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{AnyError, BasicNode};
+use serde::{Deserialize, Serialize};
+
+use crate::Records;
+
+/// A message's answer, or why there is none (the master could not be
+/// reached, or did not answer in time).
+pub type Sent = Pin<Box<dyn Future<Output = Result<Vec<u8>, String>> + Send>>;
+
+/// How one master sends a message to another, at `addr`, and gets its
+/// answer within `timeout`. bitfold's servers carry it in a `Master.raft`
+/// call, over TLS when the cluster uses it.
+pub trait Transport: Send + Sync + 'static {
+    /// Sends `message` to the master at `addr`.
+    fn send(&self, addr: &str, message: Vec<u8>, timeout: Duration) -> Sent;
+}
+
+/// A message from one master to another.
+#[derive(Serialize, Deserialize)]
+pub(crate) enum Message {
+    Vote(VoteRequest<u64>),
+    Append(AppendEntriesRequest<Records>),
+    Snapshot(InstallSnapshotRequest<Records>),
+}
+
+/// Its answer.
+#[derive(Serialize, Deserialize)]
+pub(crate) enum Reply {
+    Vote(Result<VoteResponse<u64>, RaftError<u64>>),
+    Append(Result<AppendEntriesResponse<u64>, RaftError<u64>>),
+    Snapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
+    /// The message could not be read.
+    Refused(String),
+}
+
+/// Makes a [`Peer`] for each master Raft talks to.
+pub(crate) struct Network {
+    pub(crate) transport: Arc<dyn Transport>,
+    /// Why each master could not be reached last (none once it answers).
+    pub(crate) unreachable: Arc<Mutex<BTreeMap<u64, String>>>,
+}
+
+impl RaftNetworkFactory<Records> for Network {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> Peer {
+        Peer {
+            target,
+            addr: node.addr.clone(),
+            transport: self.transport.clone(),
+            unreachable: self.unreachable.clone(),
+        }
+    }
+}
+
+/// Another master, as Raft sends to it.
+pub(crate) struct Peer {
+    target: u64,
+    addr: String,
+    transport: Arc<dyn Transport>,
+    unreachable: Arc<Mutex<BTreeMap<u64, String>>>,
+}
+
+type Failed<E = RaftError<u64>> = RPCError<u64, BasicNode, E>;
+
+impl Peer {
+    async fn send<E: std::error::Error>(
+        &self,
+        message: &Message,
+        option: &RPCOption,
+    ) -> Result<Reply, Failed<E>> {
+        let bytes = postcard::to_stdvec(message)
+            .map_err(|e| Failed::Network(NetworkError::new(&AnyError::error(e.to_string()))))?;
+        let answer = self
+            .transport
+            .send(&self.addr, bytes, option.hard_ttl())
+            .await;
+        let mut unreachable = self
+            .unreachable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let answer = match answer {
+            Ok(answer) => {
+                unreachable.remove(&self.target);
+                answer
+            }
+            Err(e) => {
+                unreachable.insert(self.target, e.clone());
+                return Err(Failed::Unreachable(Unreachable::new(&AnyError::error(e))));
+            }
+        };
+        drop(unreachable);
+        match postcard::from_bytes(&answer) {
+            Ok(Reply::Refused(why)) => {
+                Err(self.malformed(format!("it refused the message: {why}")))
+            }
+            Ok(reply) => Ok(reply),
+            Err(e) => Err(self.malformed(format!("its answer is malformed: {e}"))),
+        }
+    }
+
+    fn malformed<E: std::error::Error>(&self, why: String) -> Failed<E> {
+        Failed::Network(NetworkError::new(&AnyError::error(format!(
+            "master at {}: {why}",
+            self.addr
+        ))))
+    }
+
+    fn remote<E: std::error::Error>(&self, e: E) -> Failed<E> {
+        Failed::RemoteError(RemoteError::new(self.target, e))
+    }
+}
+
+impl RaftNetwork<Records> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<Records>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, Failed> {
+        match self.send(&Message::Append(rpc), &option).await? {
+            Reply::Append(answer) => answer.map_err(|e| self.remote(e)),
+            _ => Err(self.malformed("it answered another kind of message".into())),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<Records>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<u64>, Failed<RaftError<u64, InstallSnapshotError>>> {
+        match self.send(&Message::Snapshot(rpc), &option).await? {
+            Reply::Snapshot(answer) => answer.map_err(|e| self.remote(e)),
+            _ => Err(self.malformed("it answered another kind of message".into())),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<u64>, Failed> {
+        match self.send(&Message::Vote(rpc), &option).await? {
+            Reply::Vote(answer) => answer.map_err(|e| self.remote(e)),
+            _ => Err(self.malformed("it answered another kind of message".into())),
+        }
+    }
+}
