@@ -521,9 +521,8 @@ class DbmsTest(unittest.TestCase):
         self.assertEqual(missing.error.kind, "notFound")
 
 
-class MasterRestartTest(unittest.TestCase):
-    """A client outlives its master: once the master is back (on the same
-    address), the next call connects again."""
+class OneSlaveTest(unittest.TestCase):
+    """A master and one slave, started for each test."""
 
     def setUp(self):
         self.servers = []
@@ -542,6 +541,11 @@ class MasterRestartTest(unittest.TestCase):
         self.master = start(
             [*self.master_args, "127.0.0.1:0"], "master", self.servers, tmp / "master.log"
         )
+
+
+class MasterRestartTest(OneSlaveTest):
+    """A client outlives its master: once the master is back (on the same
+    address), the next call connects again."""
 
     def test_a_restarted_master_is_reached_again(self):
         with bitfold_client.Client(self.master) as client:
@@ -614,29 +618,9 @@ def fake_master(says):
         runner.stop()
 
 
-class NotLeaderTest(unittest.TestCase):
+class NotLeaderTest(OneSlaveTest):
     """Several masters, some not the leader (fakes served here), the leader
     a real master."""
-
-    def setUp(self):
-        self.servers = []
-        self.tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(self.tmp.cleanup)
-        self.addCleanup(lambda: [server.stop() for server in self.servers])
-        tmp = Path(self.tmp.name)
-        slave = start(
-            ["slave", "--listen", "127.0.0.1:0", "--data-dir", str(tmp / "s0")],
-            "slave",
-            self.servers,
-            tmp / "s0.log",
-        )
-        (tmp / "cluster.toml").write_text(f'[[slaves]]\nname = "s0"\naddr = "{slave}"\n')
-        self.master = start(
-            ["master", "--cluster", str(tmp / "cluster.toml"), "--listen", "127.0.0.1:0"],
-            "master",
-            self.servers,
-            tmp / "master.log",
-        )
 
     def test_a_master_that_is_not_the_leader_sends_calls_to_the_one_it_names(self):
         named = f"not the leader: master m2 at {self.master} leads"
