@@ -15,6 +15,7 @@ mod failures;
 mod faults;
 mod index;
 mod limits;
+mod masters;
 mod membership;
 mod metrics;
 mod roles;

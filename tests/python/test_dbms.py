@@ -8,7 +8,9 @@ check every answer against sets computed here:
   pyroaring `BitMap` and a numpy array of positions; the error kinds and
   the master's messages; imports, clears and deletes; masters tried in turn;
   a client shared between threads; and (over plain TCP only) a master
-  restarted under a client;
+  restarted under a client, and masters that answer `notLeader` (fakes
+  served here) skipped for the leader they name, or, while none leads, the
+  call failing as `unavailable` after the failover window;
 - with pycapnp loading `schema/bitfold.capnp` directly (nothing generated,
   nothing from the Rust side, no package): one test, so that the interface
   stays usable by a DBMS that has only the schema.
@@ -45,7 +47,9 @@ import numpy as np
 from pyroaring import BitMap
 
 import bitfold_client
+import bitfold_client._schema
 import bitfold_client._vectors as bitfold_vectors
+from bitfold_client._loop import Runner
 
 ROOT = Path(__file__).resolve().parents[2]
 BINARY = Path(os.environ.get("BITFOLD_BIN", ROOT / "target" / "debug" / "bitfold"))
@@ -287,8 +291,8 @@ class DbmsTest(unittest.TestCase):
         self.assertEqual(caught.exception.kind, kind, str(caught.exception))
         return caught.exception
 
-    def new_client(self, masters):
-        return bitfold_client.Client(masters, tls=self.tls)
+    def new_client(self, masters, **options):
+        return bitfold_client.Client(masters, tls=self.tls, **options)
 
     def test_point_queries(self):
         for vid in [0, 13, TOP]:
@@ -408,11 +412,12 @@ class DbmsTest(unittest.TestCase):
         self.assertIn(f"{refused}: connection refused", failed.message)
 
         def first_query(masters):
-            with self.new_client(masters) as client:
+            with self.new_client(masters, failover=0.5) as client:
                 client.query("P:0")
 
         # A plain client connects to `down` and fails at its first call; a
-        # TLS one fails its handshake there already.
+        # TLS one fails its handshake there already. Neither answers, so
+        # both are tried for the failover window.
         with hanging_up_listener() as down:
             failed = self.assert_fails("connection", first_query, [refused, down])
         self.assertIn(refused, failed.message)
@@ -516,9 +521,8 @@ class DbmsTest(unittest.TestCase):
         self.assertEqual(missing.error.kind, "notFound")
 
 
-class MasterRestartTest(unittest.TestCase):
-    """A client outlives its master: once the master is back (on the same
-    address), the next call connects again."""
+class OneSlaveTest(unittest.TestCase):
+    """A master and one slave, started for each test."""
 
     def setUp(self):
         self.servers = []
@@ -537,6 +541,11 @@ class MasterRestartTest(unittest.TestCase):
         self.master = start(
             [*self.master_args, "127.0.0.1:0"], "master", self.servers, tmp / "master.log"
         )
+
+
+class MasterRestartTest(OneSlaveTest):
+    """A client outlives its master: once the master is back (on the same
+    address), the next call connects again."""
 
     def test_a_restarted_master_is_reached_again(self):
         with bitfold_client.Client(self.master) as client:
@@ -562,6 +571,88 @@ class MasterRestartTest(unittest.TestCase):
                 Path(self.tmp.name) / "master-again.log",
             )
             self.assertEqual(set(client.query("P:3", output="bitmap")), {1, 2, 3})
+
+
+NO_LEADER = "not the leader: no master leads now (an election is under way)"
+
+
+@contextlib.contextmanager
+def fake_master(says):
+    """The address of a master served here that is not the leader: it
+    answers every query and import `notLeader` with the message `says`.
+    Yields the address and a list that gets one entry per call."""
+    calls = []
+
+    def refuse(error):
+        calls.append(None)
+        error.kind = "notLeader"
+        error.message = says
+
+    class Fake(bitfold_client._schema.SCHEMA.Master.Server):
+        async def query(self, _context, **kwargs):
+            refuse(_context.results.result.init("error"))
+
+        async def import_(self, _context, **kwargs):
+            refuse(_context.results.outcome.init("error"))
+
+    # `import` is a Python keyword: pycapnp looks the method up by its schema name.
+    setattr(Fake, "import", Fake.import_)
+    servers = []
+
+    async def serve():
+        async def serve_connection(stream):
+            await capnp.TwoPartyServer(stream, bootstrap=Fake()).on_disconnect()
+
+        server = await capnp.AsyncIoStream.create_server(serve_connection, "127.0.0.1", 0)
+        servers.append(server)
+        return "127.0.0.1:%d" % server.sockets[0].getsockname()[1]
+
+    async def stop():
+        for server in servers:
+            server.close()
+
+    runner = Runner(stop)
+    try:
+        yield runner.run(serve()), calls
+    finally:
+        runner.stop()
+
+
+class NotLeaderTest(OneSlaveTest):
+    """Several masters, some not the leader (fakes served here), the leader
+    a real master."""
+
+    def test_a_master_that_is_not_the_leader_sends_calls_to_the_one_it_names(self):
+        named = f"not the leader: master m2 at {self.master} leads"
+        with fake_master(named) as (follower, asked), fake_master(NO_LEADER) as (other, skipped):
+            with bitfold_client.Client([follower, other, self.master]) as client:
+                self.assertEqual(client.import_vectors({3: BitMap([1, 2, 3])}), 1)
+                self.assertEqual(client.query("P:3"), 3)
+            self.assertEqual(len(asked), 1, "the follower is asked once, then left")
+            self.assertEqual(skipped, [], "the leader named is asked next")
+
+    def test_while_no_master_leads_a_call_fails_unavailable(self):
+        refused = refused_address()
+        with fake_master(NO_LEADER) as (follower, asked):
+            with bitfold_client.Client([refused, follower], failover=0.8) as client:
+                began = time.monotonic()
+                with self.assertRaises(bitfold_client.Error) as caught:
+                    client.query("P:3")
+                took = time.monotonic() - began
+            with bitfold_client.Client(follower) as alone:
+                with self.assertRaises(bitfold_client.Error) as single:
+                    alone.query("P:3")
+        failed = caught.exception
+        self.assertEqual(failed.kind, "unavailable", failed.message)
+        self.assertTrue(failed.message.startswith("unavailable: no master leads: "), failed.message)
+        self.assertIn(f"{refused}: connection refused", failed.message)
+        self.assertIn(f"{follower}: {NO_LEADER}", failed.message)
+        self.assertEqual(failed.failed_machines, [refused, follower])
+        self.assertGreaterEqual(len(asked), 2, "the masters were tried again")
+        self.assertTrue(0.8 <= took < 30, took)
+        # A single master's answer is the caller's to see.
+        refusal = single.exception
+        self.assertEqual((refusal.kind, refusal.message), ("notLeader", NO_LEADER))
 
 
 class TlsDbmsTest(DbmsTest):

@@ -31,7 +31,7 @@ pub struct Cli {
 const EXIT_CODES: &str = "\
 Exit codes: 0 success; 1 failure (I/O, corrupt data, internal error); \
 2 bad command line; 3 bad query; 4 vector not found; \
-5 unavailable (a needed slave, or the master, cannot be reached); \
+5 unavailable (a needed slave, or the master, cannot be reached, or no master leads); \
 6 answer too large for the requested form (ask for a count); \
 7 forbidden (the certificate's role does not allow the call).";
 
@@ -236,7 +236,8 @@ pub struct DemoArgs {
 #[derive(Debug, Args)]
 pub struct ImportArgs {
     /// The master to import through.
-    #[arg(long, value_name = "HOST:PORT", conflicts_with = "data_dir")]
+    /// Several, separated by commas: the masters of a replicated cluster, tried in turn until one leads.
+    #[arg(long, value_name = "HOST:PORT,...", conflicts_with = "data_dir")]
     pub master: Option<String>,
     /// Write straight into the slave store in DIR instead (bulk load of one slave, no master;
     /// vectors are stored whole, as a cluster with `piece = 4294967296` stores them).
@@ -262,7 +263,8 @@ pub struct ImportArgs {
 #[derive(Debug, Args)]
 pub struct RebalanceArgs {
     /// The master whose vectors to move.
-    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_MASTER)]
+    /// Several, separated by commas: the masters of a replicated cluster, tried in turn until one leads.
+    #[arg(long, value_name = "HOST:PORT,...", default_value = DEFAULT_MASTER)]
     pub master: String,
     /// Mutual TLS: DIR holds the cluster's CA (ca.pem) and this process's
     /// certificate and key (cert.pem, key.pem), as `bitfold up --tls` writes them.
@@ -274,7 +276,8 @@ pub struct RebalanceArgs {
 #[derive(Debug, Args)]
 pub struct DeleteArgs {
     /// The master to delete through.
-    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_MASTER)]
+    /// Several, separated by commas: the masters of a replicated cluster, tried in turn until one leads.
+    #[arg(long, value_name = "HOST:PORT,...", default_value = DEFAULT_MASTER)]
     pub master: String,
     /// Mutual TLS: DIR holds the cluster's CA (ca.pem) and this process's
     /// certificate and key (cert.pem, key.pem), as `bitfold up --tls` writes them.
@@ -318,7 +321,8 @@ pub enum InputFormat {
 #[derive(Debug, Args)]
 pub struct QueryArgs {
     /// The master to ask.
-    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_MASTER)]
+    /// Several, separated by commas: the masters of a replicated cluster, tried in turn until one leads.
+    #[arg(long, value_name = "HOST:PORT,...", default_value = DEFAULT_MASTER)]
     pub master: String,
     /// What to print.
     #[arg(long, value_enum, default_value_t = Output::Summary)]
@@ -368,7 +372,8 @@ pub enum Output {
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// The master to ask.
-    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_MASTER)]
+    /// Several, separated by commas: the masters of a replicated cluster, tried in turn until one leads.
+    #[arg(long, value_name = "HOST:PORT,...", default_value = DEFAULT_MASTER)]
     pub master: String,
     /// Mutual TLS: DIR holds the cluster's CA (ca.pem) and this process's
     /// certificate and key (cert.pem, key.pem), as `bitfold up --tls` writes them.
@@ -418,7 +423,8 @@ pub struct IndexArgs {
     #[arg(long, value_name = "COLUMN")]
     pub categorical: Vec<String>,
     /// Also import the vectors through this master.
-    #[arg(long, value_name = "HOST:PORT")]
+    /// Several, separated by commas: the masters of a replicated cluster, tried in turn until one leads.
+    #[arg(long, value_name = "HOST:PORT,...")]
     pub master: Option<String>,
 }
 
@@ -436,7 +442,8 @@ pub enum BinningArg {
 #[command(after_help = BENCH_EXAMPLES)]
 pub struct BenchArgs {
     /// A running master to load and query [default: start a local cluster for the run].
-    #[arg(long, value_name = "HOST:PORT")]
+    /// Several, separated by commas: the masters of a replicated cluster, tried in turn until one leads.
+    #[arg(long, value_name = "HOST:PORT,...")]
     pub master: Option<String>,
     /// With `--master`: the data set is already loaded (by an earlier run with the same data flags).
     #[arg(long, requires = "master")]

@@ -40,12 +40,15 @@ pub enum Error {
     InsideRuntime,
 }
 
+/// What [`Error::unreachable`] adds to the reason: the fix.
+pub(crate) const START_HINT: &str = " (start it with `bitfold up`)";
+
 impl Error {
     /// A master that did not answer at `addr`: the fix is to start it.
     pub(super) fn unreachable(addr: &str, why: impl fmt::Display) -> Error {
         Error::Connect {
             addr: addr.to_owned(),
-            reason: format!("{why} (start it with `bitfold up`)"),
+            reason: format!("{why}{START_HINT}"),
         }
     }
 

@@ -12,6 +12,13 @@
 //! Several of either can live in one process. A broken connection is
 //! re-established on the next call.
 //!
+//! A replicated cluster has several masters, one of which leads: give
+//! them all, separated by commas (`"10.0.0.9:7100,10.0.0.10:7100"`). A
+//! client uses one at a time; when it is down or not the leader, the call
+//! goes to the next one (or the leader it names), and while none leads
+//! (an election takes about a second) the masters are tried in turn for
+//! up to [`DEFAULT_FAILOVER`] before the call fails as `unavailable`.
+//!
 //! ```no_run
 //! use bitfold_engine::VectorBuf;
 //! use bitfold_client::{Answer, Client, Format};
@@ -25,9 +32,10 @@
 
 //! The files: `answer.rs` (the [`Format`] asked for and the [`Answer`]),
 //! `error.rs` (the [`Error`] of a call and the master's [`ErrorKind`]),
-//! `status.rs` (the [`SlaveStatus`] of each slave and their [`Traffic`]),
-//! `import.rs` (a batch cut into import messages), `link.rs` (the
-//! connection to the master and the client thread), and `local.rs` (the
+//! `status.rs` (the [`SlaveStatus`] of each slave, the [`MasterState`] of
+//! each master and their [`Traffic`]), `import.rs` (a batch cut into import
+//! messages), `link.rs` (the connection to the master, moving between
+//! masters, and the client thread), and `local.rs` (the
 //! [`LocalClient`]). This file holds the calls both kinds offer and the
 //! [`Client`].
 #![deny(missing_docs)]
@@ -51,17 +59,22 @@ pub use answer::{Answer, Format};
 /// The bytes of a vector answer ([`Answer::Words`], [`Answer::Roaring`]).
 pub use bytes::Bytes;
 pub use error::{Error, ErrorKind};
-pub use status::{MoveProgress, PlacementReport, SlaveStatus, Status, Traffic};
+pub use status::{MasterState, MoveProgress, PlacementReport, SlaveStatus, Status, Traffic};
 
 use bitfold_net as net;
 use bitfold_net::tls::{self, Tls};
 use bitfold_proto::{bitfold_capnp, wire};
 use import::import_messages;
-use link::{Call, Reply, serve_calls};
+use link::{Call, Patience, Reply, serve_calls};
 
 /// How long a call waits for the master by default: above the master's
 /// own 30 s query deadline, so the master's error arrives first.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a client given several masters tries them in turn, from a
+/// call's first failure, before the call fails as `unavailable`: above an
+/// election's usual second.
+pub const DEFAULT_FAILOVER: Duration = Duration::from_secs(5);
 
 /// The calls of a client to the master, the same on [`Client`] and
 /// [`LocalClient`]: each is built as a [`Call`] and carried by the type's own
@@ -138,7 +151,8 @@ macro_rules! calls {
             Ok(self.full_status()?.slaves)
         }
 
-        /// The state of every slave, and when the master's certificate expires.
+        /// The state of every slave and, in a replicated cluster, of every
+        /// master; and when the master's certificate expires.
         pub fn full_status(&self) -> Result<Status, Error> {
             self.call(|reply| Call::Status { reply })
         }
@@ -151,26 +165,29 @@ pub use local::LocalClient;
 
 /// A connection to the master; cheap to share between threads.
 pub struct Client {
-    calls: Option<tokio_mpsc::UnboundedSender<(Call, Duration)>>,
+    calls: Option<tokio_mpsc::UnboundedSender<(Call, Patience)>>,
     thread: Option<thread::JoinHandle<()>>,
-    timeout: Duration,
+    patience: Patience,
 }
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("timeout", &self.timeout)
+            .field("timeout", &self.patience.timeout)
+            .field("failover", &self.patience.failover)
             .finish_non_exhaustive()
     }
 }
 
 impl Client {
-    /// Connects to the master at `addr` (`HOST:PORT`).
+    /// Connects to the master at `addr` (`HOST:PORT`), or to one of the
+    /// masters of a list (`HOST:PORT,HOST:PORT,...`).
     pub fn connect(addr: &str) -> Result<Client, Error> {
         Client::start(addr, None)
     }
 
-    /// Connects to the master at `addr` over mutual TLS (docs/protocol.md §11):
+    /// Connects to the master at `addr` (or one of a list, as
+    /// [`connect`](Self::connect)) over mutual TLS (docs/protocol.md §11):
     /// `tls` holds the cluster's CA and this client's certificate and key.
     pub fn connect_tls(addr: &str, tls: &Tls) -> Result<Client, Error> {
         Client::start(addr, Some(tls.clone()))
@@ -189,7 +206,7 @@ impl Client {
         let mut client = Client {
             calls: Some(calls),
             thread: Some(thread),
-            timeout: DEFAULT_TIMEOUT,
+            patience: Patience::default(),
         };
         match connected.recv() {
             Ok(Ok(())) => Ok(client),
@@ -203,7 +220,13 @@ impl Client {
 
     /// Sets how long a call waits for the master (default [`DEFAULT_TIMEOUT`]).
     pub fn set_timeout(&mut self, timeout: Duration) {
-        self.timeout = timeout;
+        self.patience.timeout = timeout;
+    }
+
+    /// Sets how long a call tries several masters in turn while none leads
+    /// (default [`DEFAULT_FAILOVER`]).
+    pub fn set_failover(&mut self, failover: Duration) {
+        self.patience.failover = failover;
     }
 
     fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Call) -> Result<T, Error> {
@@ -212,7 +235,7 @@ impl Client {
         self.calls
             .as_ref()
             .ok_or_else(lost)?
-            .send((make(reply), self.timeout))
+            .send((make(reply), self.patience))
             .map_err(|_| lost())?;
         answer.recv().map_err(|_| lost())?
     }

@@ -1,10 +1,14 @@
-//! The client thread: its one connection to the master, re-established after
-//! a failure, and the calls it runs on it for the [`Client`](super::Client).
+//! The client thread, and the connection to the master it runs calls on:
+//! re-established after a failure and, given several masters, moved to
+//! the next one (or the leader one names) when a master is down or not the
+//! leader, for the [`Client`](super::Client) and the
+//! [`LocalClient`](super::LocalClient).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc as tokio_mpsc;
 
@@ -14,11 +18,38 @@ use crate::bitfold_capnp::{
 use crate::net::{self, Connection};
 use crate::tls::{Role, Tls};
 
-use super::{Answer, Error, Format, MoveProgress, PlacementReport, SlaveStatus, Status};
+use super::{
+    Answer, DEFAULT_FAILOVER, DEFAULT_TIMEOUT, Error, ErrorKind, Format, MasterState, MoveProgress,
+    PlacementReport, SlaveStatus, Status,
+};
+use crate::error::START_HINT;
 use crate::status::unix_seconds;
 
 /// Where the client thread sends a call's result.
 pub(super) type Reply<T> = mpsc::SyncSender<Result<T, Error>>;
+
+/// The pause after every master has been tried once in turn, while none
+/// leads: an election takes about a second.
+const PAUSE: Duration = Duration::from_millis(150);
+
+/// How long a call waits: for one master's answer, and for some master to
+/// lead when there are several.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Patience {
+    /// How long one master may take to answer.
+    pub(super) timeout: Duration,
+    /// How long the masters are tried in turn, from the call's first failure.
+    pub(super) failover: Duration,
+}
+
+impl Default for Patience {
+    fn default() -> Patience {
+        Patience {
+            timeout: DEFAULT_TIMEOUT,
+            failover: DEFAULT_FAILOVER,
+        }
+    }
+}
 
 /// One call from the [`Client`](super::Client) to its thread.
 pub(super) enum Call {
@@ -54,22 +85,22 @@ pub(super) enum Call {
 /// The client thread: connects, reports, then serves calls until the
 /// [`Client`](super::Client) is dropped.
 pub(super) fn serve_calls(
-    addr: String,
+    masters: String,
     tls: Option<Tls>,
-    mut inbox: tokio_mpsc::UnboundedReceiver<(Call, Duration)>,
+    mut inbox: tokio_mpsc::UnboundedReceiver<(Call, Patience)>,
     ready: mpsc::SyncSender<Result<(), Error>>,
 ) {
     let ran = net::block_on_local(async move {
-        let link = Rc::new(Link::new(addr, tls));
+        let link = Rc::new(Link::new(&masters, tls));
         let first = link.connect().await;
         let failed = first.is_err();
         let _ = ready.send(first);
         if failed {
             return;
         }
-        while let Some((call, timeout)) = inbox.recv().await {
+        while let Some((call, patience)) = inbox.recv().await {
             let link = link.clone();
-            tokio::task::spawn_local(async move { link.run(call, timeout).await });
+            tokio::task::spawn_local(async move { link.run(call, patience).await });
         }
     });
     if let Err(err) = ran {
@@ -77,17 +108,202 @@ pub(super) fn serve_calls(
     }
 }
 
-/// The connection to the master, re-established after a failure.
+/// The connection to the master: to one of them, when there are several.
 pub(super) struct Link {
+    /// Every master, in the order given.
+    masters: Vec<MasterLink>,
+    /// The one calls go to.
+    current: Cell<usize>,
+}
+
+impl Link {
+    /// A link to the master at `masters` (`HOST:PORT`, or several separated
+    /// by commas), not connected yet.
+    pub(super) fn new(masters: &str, tls: Option<Tls>) -> Link {
+        let listed: Vec<&str> = masters
+            .split(',')
+            .map(str::trim)
+            .filter(|addr| !addr.is_empty())
+            .collect();
+        let addrs = if listed.len() > 1 {
+            listed
+        } else {
+            vec![listed.first().copied().unwrap_or(masters)]
+        };
+        Link {
+            masters: addrs
+                .into_iter()
+                .map(|addr| MasterLink::new(addr.to_owned(), tls.clone()))
+                .collect(),
+            current: Cell::new(0),
+        }
+    }
+
+    /// Connects to a master, unless connected already.
+    pub(super) async fn connect(&self) -> Result<(), Error> {
+        self.answer(Patience::default(), |m| m.connect()).await
+    }
+
+    /// Runs `call`, within `patience`, and sends its result to the call's reply.
+    pub(super) async fn run(&self, call: Call, patience: Patience) {
+        match call {
+            Call::Query {
+                message,
+                format,
+                reply,
+            } => {
+                let answer = self.answer(patience, |m| m.query(&message, format)).await;
+                let _ = reply.send(answer);
+            }
+            Call::Import { message, reply } => {
+                let _ = reply.send(self.answer(patience, |m| m.import(&message)).await);
+            }
+            Call::Status { reply } => {
+                let _ = reply.send(self.answer(patience, |m| m.status()).await);
+            }
+            Call::Clear { message, reply } => {
+                let _ = reply.send(self.answer(patience, |m| m.clear(&message)).await);
+            }
+            Call::Delete { spans, reply } => {
+                let _ = reply.send(self.answer(patience, |m| m.delete(&spans)).await);
+            }
+            Call::Rebalance { most, reply } => {
+                let _ = reply.send(self.answer(patience, |m| m.rebalance(most)).await);
+            }
+            Call::Placement { reply } => {
+                let _ = reply.send(self.answer(patience, |m| m.placement()).await);
+            }
+        }
+    }
+
+    /// What `attempt` gets of the master in use. With several masters, a
+    /// master down or not the leader is left for the next (or the leader it
+    /// names) and the call sent again, every write being safe to repeat;
+    /// once every master has failed in turn the masters are tried again
+    /// after a [`PAUSE`], until `patience.failover` has passed since the
+    /// first failure. Then the error is `unavailable`, naming each master
+    /// tried and why it failed.
+    async fn answer<'a, T, F>(
+        &'a self,
+        patience: Patience,
+        attempt: impl Fn(&'a MasterLink) -> F,
+    ) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, Error>>,
+    {
+        if let [only] = &self.masters[..] {
+            return only.within(patience.timeout, attempt(only)).await;
+        }
+        let mut failures: Vec<Option<String>> = vec![None; self.masters.len()];
+        let mut first_failure = None;
+        let mut attempts = 0;
+        loop {
+            let at = self.current.get();
+            let master = &self.masters[at];
+            let err = match master.within(patience.timeout, attempt(master)).await {
+                Err(err) if moves_on(&err) => err,
+                answered => return answered,
+            };
+            let since = *first_failure.get_or_insert_with(Instant::now);
+            let deadline = since + patience.failover;
+            attempts += 1;
+            failures[at] = Some(why(&err));
+            self.leave(at, self.named_leader(&err));
+            if attempts >= self.masters.len() && Instant::now() >= deadline {
+                return Err(self.no_leader(&failures, since.elapsed()));
+            }
+            if attempts % self.masters.len() == 0 {
+                let left = deadline.saturating_duration_since(Instant::now());
+                tokio::time::sleep(PAUSE.min(left)).await;
+            }
+        }
+    }
+
+    /// Moves calls from master `at` to `leader`, or else to the next
+    /// master, unless another call has moved them already.
+    fn leave(&self, at: usize, leader: Option<usize>) {
+        self.masters[at].disconnect();
+        if self.current.get() == at {
+            let next = leader
+                .filter(|&l| l != at)
+                .unwrap_or((at + 1) % self.masters.len());
+            self.current.set(next);
+        }
+    }
+
+    /// The master whose address a `notLeader` message names as the leader.
+    fn named_leader(&self, err: &Error) -> Option<usize> {
+        let Error::Query {
+            kind: ErrorKind::NotLeader,
+            message,
+            ..
+        } = err
+        else {
+            return None;
+        };
+        message
+            .split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')'))
+            .find_map(|word| self.masters.iter().position(|m| m.addr == word))
+    }
+
+    /// The error of a call no master answered as the leader, after trying
+    /// them for `tried_for`.
+    fn no_leader(&self, failures: &[Option<String>], tried_for: Duration) -> Error {
+        let tried: Vec<(&str, &str)> = self
+            .masters
+            .iter()
+            .zip(failures)
+            .filter_map(|(m, why)| Some((m.addr.as_str(), why.as_deref()?)))
+            .collect();
+        let each: Vec<String> = tried
+            .iter()
+            .map(|(addr, why)| format!("{addr}: {why}"))
+            .collect();
+        Error::Query {
+            kind: ErrorKind::Unavailable,
+            message: format!(
+                "unavailable: no master leads: {} (tried for {}: start the masters that are \
+                 down, or retry once one leads)",
+                each.join("; "),
+                net::seconds(tried_for)
+            ),
+            failed_machines: tried.iter().map(|(addr, _)| addr.to_string()).collect(),
+        }
+    }
+}
+
+/// Whether `err` says the master called cannot answer now, so that another
+/// one may: it is down (or its address is wrong), or it is not the leader.
+fn moves_on(err: &Error) -> bool {
+    matches!(
+        err,
+        Error::Connect { .. }
+            | Error::Query {
+                kind: ErrorKind::NotLeader,
+                ..
+            }
+    )
+}
+
+/// Why a master failed a call, in a few words.
+fn why(err: &Error) -> String {
+    match err {
+        Error::Connect { reason, .. } => reason.strip_suffix(START_HINT).unwrap_or(reason).into(),
+        other => other.to_string(),
+    }
+}
+
+/// The connection to one master, re-established after a failure.
+struct MasterLink {
     addr: String,
     tls: Option<Tls>,
     connection: RefCell<Option<Rc<Connection<master::Client>>>>,
 }
 
-impl Link {
+impl MasterLink {
     /// A link to the master at `addr`, not connected yet.
-    pub(super) fn new(addr: String, tls: Option<Tls>) -> Link {
-        Link {
+    fn new(addr: String, tls: Option<Tls>) -> MasterLink {
+        MasterLink {
             addr,
             tls,
             connection: RefCell::new(None),
@@ -95,8 +311,13 @@ impl Link {
     }
 
     /// Connects, unless connected already.
-    pub(super) async fn connect(&self) -> Result<(), Error> {
+    async fn connect(&self) -> Result<(), Error> {
         self.client().await.map(|_| ())
+    }
+
+    /// Drops the connection (calls under way keep it until they end).
+    fn disconnect(&self) {
+        *self.connection.borrow_mut() = None;
     }
 
     async fn client(&self) -> Result<Rc<Connection<master::Client>>, Error> {
@@ -144,6 +365,17 @@ impl Link {
     /// A failed call: drop the connection so the next call reconnects.
     fn lost(&self, err: capnp::Error) -> Error {
         *self.connection.borrow_mut() = None;
+        // A master that is not the leader fails the calls whose results
+        // have no error field (`status`, `placement`) with this text.
+        let text = err.extra.strip_prefix("remote exception: ");
+        let not_leader = ErrorKind::NotLeader.to_string();
+        if let Some(text) = text.filter(|t| t.starts_with(&not_leader)) {
+            return Error::Query {
+                kind: ErrorKind::NotLeader,
+                message: text.to_owned(),
+                failed_machines: Vec::new(),
+            };
+        }
         match err.kind {
             // TLS 1.3 tells a client its certificate was refused only after
             // the handshake, so the refusal arrives as a lost connection.
@@ -170,38 +402,6 @@ impl Link {
                 self.connect_error(format!("connection lost ({err})"))
             }
             _ => Error::Protocol(err.to_string()),
-        }
-    }
-
-    /// Runs `call`, giving up after `timeout`, and sends its result to the call's reply.
-    pub(super) async fn run(&self, call: Call, timeout: Duration) {
-        match call {
-            Call::Query {
-                message,
-                format,
-                reply,
-            } => {
-                let answer = self.within(timeout, self.query(&message, format)).await;
-                let _ = reply.send(answer);
-            }
-            Call::Import { message, reply } => {
-                let _ = reply.send(self.within(timeout, self.import(message)).await);
-            }
-            Call::Status { reply } => {
-                let _ = reply.send(self.within(timeout, self.status()).await);
-            }
-            Call::Clear { message, reply } => {
-                let _ = reply.send(self.within(timeout, self.clear(message)).await);
-            }
-            Call::Delete { spans, reply } => {
-                let _ = reply.send(self.within(timeout, self.delete(&spans)).await);
-            }
-            Call::Rebalance { most, reply } => {
-                let _ = reply.send(self.within(timeout, self.rebalance(most)).await);
-            }
-            Call::Placement { reply } => {
-                let _ = reply.send(self.within(timeout, self.placement()).await);
-            }
         }
     }
 
@@ -245,7 +445,7 @@ impl Link {
 
     async fn import(
         &self,
-        message: capnp::message::Builder<capnp::message::HeapAllocator>,
+        message: &capnp::message::Builder<capnp::message::HeapAllocator>,
     ) -> Result<(), Error> {
         let connection = self.client().await?;
         let mut request = connection.client.import_request();
@@ -260,7 +460,7 @@ impl Link {
 
     async fn clear(
         &self,
-        message: capnp::message::Builder<capnp::message::HeapAllocator>,
+        message: &capnp::message::Builder<capnp::message::HeapAllocator>,
     ) -> Result<u64, Error> {
         let connection = self.client().await?;
         let mut request = connection.client.clear_request();
@@ -352,9 +552,27 @@ impl Link {
                     })
                 })
                 .collect::<capnp::Result<_>>()?;
+            let masters = response.get()?.get_masters()?;
+            crate::wire::check_sized(masters, "masters")?;
+            let masters = masters
+                .iter()
+                .map(|m| {
+                    let reason = m.get_reason()?.to_string()?;
+                    Ok(MasterState {
+                        name: m.get_name()?.to_string()?,
+                        addr: m.get_addr()?.to_string()?,
+                        state: m.get_state()?.to_string()?,
+                        log_index: m.get_log_index(),
+                        applied: m.get_applied(),
+                        term: m.get_term(),
+                        reason: (!reason.is_empty()).then_some(reason),
+                    })
+                })
+                .collect::<capnp::Result<_>>()?;
             let master = response.get()?.get_certificate_not_after();
             Ok(Status {
                 slaves: list,
+                masters,
                 master_certificate_expires: unix_seconds(master),
             })
         })();
@@ -362,10 +580,9 @@ impl Link {
     }
 }
 
-/// Copies the vectors of `message` into a request with `set`, then frees
-/// the message.
+/// Copies the vectors of `message` into a request with `set`.
 fn copy_vectors(
-    message: capnp::message::Builder<capnp::message::HeapAllocator>,
+    message: &capnp::message::Builder<capnp::message::HeapAllocator>,
     set: impl FnOnce(capnp::struct_list::Reader<'_, vid_vector::Owned>) -> capnp::Result<()>,
 ) -> Result<(), Error> {
     let vectors = message

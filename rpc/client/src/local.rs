@@ -11,8 +11,8 @@ use tokio::runtime::Runtime;
 use tokio::task::LocalSet;
 
 use super::import::import_messages;
-use super::link::{Call, Link, Reply};
-use super::{Answer, DEFAULT_TIMEOUT, Error, Format, MoveProgress, PlacementReport};
+use super::link::{Call, Link, Patience, Reply};
+use super::{Answer, Error, Format, MoveProgress, PlacementReport};
 use super::{SlaveStatus, Status, Traffic};
 use crate::net;
 use crate::tls::Tls;
@@ -34,24 +34,26 @@ pub struct LocalClient {
     link: Rc<Link>,
     local: LocalSet,
     runtime: Runtime,
-    timeout: Duration,
+    patience: Patience,
 }
 
 impl fmt::Debug for LocalClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LocalClient")
-            .field("timeout", &self.timeout)
+            .field("timeout", &self.patience.timeout)
+            .field("failover", &self.patience.failover)
             .finish_non_exhaustive()
     }
 }
 
 impl LocalClient {
-    /// Connects to the master at `addr` (`HOST:PORT`).
+    /// Connects to the master at `addr` (`HOST:PORT`), or to one of the
+    /// masters of a list (`HOST:PORT,HOST:PORT,...`).
     pub fn connect(addr: &str) -> Result<LocalClient, Error> {
         LocalClient::start(addr, None)
     }
 
-    /// Connects to the master at `addr` over mutual TLS (docs/protocol.md §11):
+    /// Connects to the master at `addr` (or one of a list) over mutual TLS (docs/protocol.md §11):
     /// `tls` holds the cluster's CA and this client's certificate and key.
     pub fn connect_tls(addr: &str, tls: &Tls) -> Result<LocalClient, Error> {
         LocalClient::start(addr, Some(tls.clone()))
@@ -63,18 +65,24 @@ impl LocalClient {
             reason: format!("cannot start the client's runtime: {e}"),
         })?;
         let client = LocalClient {
-            link: Rc::new(Link::new(addr.to_owned(), tls)),
+            link: Rc::new(Link::new(addr, tls)),
             local,
             runtime,
-            timeout: DEFAULT_TIMEOUT,
+            patience: Patience::default(),
         };
         client.run(client.link.connect())??;
         Ok(client)
     }
 
-    /// Sets how long a call waits for the master (default [`DEFAULT_TIMEOUT`]).
+    /// Sets how long a call waits for the master (default [`DEFAULT_TIMEOUT`](super::DEFAULT_TIMEOUT)).
     pub fn set_timeout(&mut self, timeout: Duration) {
-        self.timeout = timeout;
+        self.patience.timeout = timeout;
+    }
+
+    /// Sets how long a call tries several masters in turn while none leads
+    /// (default [`DEFAULT_FAILOVER`](super::DEFAULT_FAILOVER)).
+    pub fn set_failover(&mut self, failover: Duration) {
+        self.patience.failover = failover;
     }
 
     /// Runs `work` on this thread, unless the thread runs an async runtime.
@@ -95,7 +103,7 @@ impl LocalClient {
             for _ in 0..2 {
                 tokio::task::yield_now().await;
             }
-            self.link.run(make(reply), self.timeout).await;
+            self.link.run(make(reply), self.patience).await;
         })?;
         answer
             .try_recv()

@@ -1,5 +1,6 @@
 //! What the master reports of its slaves (their state, the bytes they read
-//! and sent) and of the placement of its vectors (copies missing, a move).
+//! and sent), of the masters of a replicated cluster, and of the placement
+//! of its vectors (copies missing, a move).
 
 use std::time::SystemTime;
 
@@ -28,11 +29,32 @@ pub struct SlaveStatus {
     pub certificate_expires: Option<SystemTime>,
 }
 
+/// One master of a replicated cluster, as the master that answered sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MasterState {
+    /// Its name in the cluster file.
+    pub name: String,
+    /// Its address.
+    pub addr: String,
+    /// `leader`, `follower`, `learner` (catching up, not yet voting) or `down`.
+    pub state: String,
+    /// The last log entry it holds (as far as the leader knows, for another master).
+    pub log_index: u64,
+    /// The last log entry the answering master applied.
+    pub applied: u64,
+    /// The term the answering master is in.
+    pub term: u64,
+    /// Why it is down.
+    pub reason: Option<String>,
+}
+
 /// What the master says of its slaves and of itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
     /// Every slave, in cluster file order.
     pub slaves: Vec<SlaveStatus>,
+    /// Every master of a replicated cluster; empty with a single master.
+    pub masters: Vec<MasterState>,
     /// When the master's TLS certificate expires (none without TLS).
     pub master_certificate_expires: Option<SystemTime>,
 }

@@ -1,8 +1,11 @@
-//! `bitfold status`: each slave, up or down and since when, vectors, bytes
-//! stored, and the bytes its folds read and it sent since it started; and,
-//! over TLS, a warning for each certificate in use that expires soon.
+//! `bitfold status`: in a replicated cluster, each master's state and log
+//! position; each slave, up or down and since when, vectors, bytes stored,
+//! and the bytes its folds read and it sent since it started; and, over
+//! TLS, a warning for each certificate in use that expires soon.
 
 use std::time::{Duration, SystemTime};
+
+use bitfold_client::MasterState;
 
 use crate::cli::StatusArgs;
 
@@ -16,6 +19,9 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     let status = client.full_status()?;
     let slaves = &status.slaves;
     let now = SystemTime::now();
+    for master in &status.masters {
+        println!("{}", master_line(master));
+    }
     println!(
         "{:<8} {:<22} {:<26} {:>10} {:>12} {:>14} {:>14}",
         "SLAVE", "ADDRESS", "STATE", "VECTORS", "BYTES", "READ", "SENT"
@@ -68,6 +74,18 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `master NAME ADDR STATE log N applied N term N`, and why it is down.
+fn master_line(m: &MasterState) -> String {
+    let line = format!(
+        "master {} {} {} log {} applied {} term {}",
+        m.name, m.addr, m.state, m.log_index, m.applied, m.term
+    );
+    match &m.reason {
+        Some(reason) => format!("{line}: {reason}"),
+        None => line,
+    }
+}
+
 /// A warning if the certificate of `holder` expires within
 /// [`EXPIRY_WARNING`] of `now` (or has expired).
 fn expiry_warning(holder: &str, expires: SystemTime, now: SystemTime) -> Option<String> {
@@ -99,8 +117,31 @@ fn human_duration(age: std::time::Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{expiry_warning, human_duration};
+    use super::{MasterState, expiry_warning, human_duration, master_line};
     use std::time::Duration;
+
+    #[test]
+    fn a_master_line_names_the_master_its_state_and_why_it_is_down() {
+        let mut m = MasterState {
+            name: "m1".into(),
+            addr: "127.0.0.1:7101".into(),
+            state: "follower".into(),
+            log_index: 41,
+            applied: 40,
+            term: 3,
+            reason: None,
+        };
+        assert_eq!(
+            master_line(&m),
+            "master m1 127.0.0.1:7101 follower log 41 applied 40 term 3"
+        );
+        m.state = "down".into();
+        m.reason = Some("connection refused".into());
+        assert_eq!(
+            master_line(&m),
+            "master m1 127.0.0.1:7101 down log 41 applied 40 term 3: connection refused"
+        );
+    }
 
     #[test]
     fn durations_read_naturally() {

@@ -3,11 +3,12 @@
 import asyncio
 import concurrent.futures
 import os
+import re
 import socket
 import ssl
 import weakref
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import capnp
 import numpy as np
@@ -30,6 +31,17 @@ CONNECT_TIMEOUT = 10.0
 
 #: How long a call may wait for its answer, as the Rust client's default.
 DEFAULT_TIMEOUT = 60.0
+
+#: How long a client given several masters tries them in turn while none
+#: leads, from a call's first failure, as the Rust client's default.
+DEFAULT_FAILOVER = 5.0
+
+#: The pause after every master has been tried once in turn.
+PAUSE = 0.15
+
+#: How a master that is not the leader begins its message, in an error of
+#: kind ``notLeader`` or a failed call (docs/protocol.md §5).
+NOT_LEADER = "not the leader"
 
 #: The most words pycapnp reads of one answer: the protocol's message bound
 #: (2**27 words, docs/protocol.md §7) twice over, since reading a field
@@ -99,6 +111,11 @@ def tls_context(folder: Union[str, os.PathLike]) -> ssl.SSLContext:
 
 class _Lost(Exception):
     """A master that could not be reached or dropped the call: try the next."""
+
+
+class _NotLeader(Exception):
+    """A master that is one of several and does not lead (its message):
+    try the leader it names, or the next."""
 
 
 class _Connection:
@@ -213,47 +230,98 @@ class _Link:
             )
         return f"the connection was lost: {text}"
 
-    async def call(self, send, timeout: float):
-        """`await send(master)` on a connection to the first master that
-        answers, from the one in use on, each tried once; a `connection`
-        error naming every master and why when none answers."""
+    async def attempt(self, index: int, send, timeout: float):
+        """`await send(master)` on a connection to master `index`. Raises
+        :class:`_Lost` when it cannot be reached or drops the call, and
+        :class:`_NotLeader` when it is one of several and does not lead."""
+        async with self.lock:
+            connection = self.connection
+            if connection is None or connection.index != index or connection.closed:
+                if connection is not None:
+                    self.drop(connection)
+                connection = await self.connect(index)
+                self.connection = connection
+        try:
+            answer = await asyncio.wait_for(send(connection.master), timeout)
+        except asyncio.TimeoutError:
+            self.drop(connection)
+            raise _Lost(f"no answer within {timeout:g} s") from None
+        except capnp.KjException as err:
+            if err.type in ("DISCONNECTED",) or "disconnected" in str(err).lower():
+                self.drop(connection)
+                raise _Lost(self.lost_reason(connection, err)) from None
+            text = getattr(err, "description", None) or str(err)
+            refusal = text.removeprefix("remote exception: ")
+            if refusal.startswith(NOT_LEADER) and len(self.masters) > 1:
+                raise _NotLeader(refusal) from None
+            raise Error(
+                "protocol",
+                f"the master at {self.masters[index]} failed the call: {text}",
+            ) from None
+        connection.answered = connection.answered or send is not _no_call
+        if isinstance(answer, Error) and answer.kind == "notLeader" and len(self.masters) > 1:
+            raise _NotLeader(answer.message)
+        return answer
+
+    async def call(self, send, timeout: float, failover: float):
+        """`await send(master)` on the master in use. When it cannot be
+        reached, drops the call or is not the leader, the call goes to the
+        next master (or the leader a `notLeader` message names); once each
+        has failed in turn they are tried again after a short pause, until
+        `failover` seconds have passed since the first failure (a single
+        master is tried once). Then a `connection` error naming every master
+        and why when none answered, or `unavailable` when one answered but
+        none leads."""
         if self.lock is None:
             self.lock = asyncio.Lock()
-        failures: List[Tuple[str, str]] = []
-        start = self.current
-        for step in range(len(self.masters)):
-            index = (start + step) % len(self.masters)
+        loop = asyncio.get_running_loop()
+        failures: Dict[int, str] = {}
+        answered = False
+        deadline = None
+        attempts = 0
+        while True:
+            index = self.current
             try:
-                async with self.lock:
-                    connection = self.connection
-                    if connection is None or connection.index != index or connection.closed:
-                        if connection is not None:
-                            self.drop(connection)
-                        connection = await self.connect(index)
-                        self.connection, self.current = connection, index
-                try:
-                    answer = await asyncio.wait_for(send(connection.master), timeout)
-                    connection.answered = connection.answered or send is not _no_call
-                    return answer
-                except asyncio.TimeoutError:
-                    self.drop(connection)
-                    raise _Lost(f"no answer within {timeout:g} s") from None
-                except capnp.KjException as err:
-                    if err.type in ("DISCONNECTED",) or "disconnected" in str(err).lower():
-                        self.drop(connection)
-                        raise _Lost(self.lost_reason(connection, err)) from None
-                    raise Error(
-                        "protocol",
-                        f"the master at {self.masters[index]} failed the call: "
-                        f"{getattr(err, 'description', None) or err}",
-                    ) from None
+                return await self.attempt(index, send, timeout)
             except _Lost as lost:
-                failures.append((self.masters[index], str(lost)))
-        where = "; ".join(f"{addr}: {why}" for addr, why in failures)
-        raise Error(
-            "connection",
-            f"cannot reach a bitfold master ({where}); start one (`bitfold up`) or pass the "
-            f"address it listens on",
+                failures[index] = str(lost)
+                leader = None
+            except _NotLeader as refusal:
+                failures[index] = str(refusal)
+                answered = True
+                leader = self.named_leader(str(refusal))
+            if deadline is None:
+                deadline = loop.time() + (failover if len(self.masters) > 1 else 0)
+            attempts += 1
+            if self.current == index:
+                following = (index + 1) % len(self.masters)
+                self.current = leader if leader not in (None, index) else following
+            if attempts >= len(self.masters) and loop.time() >= deadline:
+                raise self.none_leads(failures, answered)
+            if attempts % len(self.masters) == 0:
+                await asyncio.sleep(min(PAUSE, max(0.0, deadline - loop.time())))
+
+    def named_leader(self, message: str) -> Optional[int]:
+        """The master whose address a `notLeader` message names as the leader."""
+        for word in re.split(r"[\s,;()]+", message):
+            if word in self.masters:
+                return self.masters.index(word)
+        return None
+
+    def none_leads(self, failures: Dict[int, str], answered: bool) -> Error:
+        """The error of a call no master answered as the leader."""
+        where = "; ".join(f"{self.masters[i]}: {failures[i]}" for i in sorted(failures))
+        if not answered:
+            return Error(
+                "connection",
+                f"cannot reach a bitfold master ({where}); start one (`bitfold up`) or pass the "
+                f"address it listens on",
+            )
+        return Error(
+            "unavailable",
+            f"unavailable: no master leads: {where} (start the masters that are down, or retry "
+            f"once one leads)",
+            [self.masters[i] for i in sorted(failures)],
         )
 
 
@@ -287,13 +355,16 @@ class Client:
     """A connection to a bitfold master (docs/protocol.md §5).
 
     ``masters`` is one ``"HOST:PORT"``, several separated by commas, or a
-    list of them: the client connects to the first that answers and, when a
-    connection fails or the master drops it, tries the next ones in turn,
-    each once per call. ``tls`` is a TLS folder as ``bitfold ... --tls DIR``
+    list of them (the masters of a replicated cluster): the client connects
+    to the first that answers and, when a connection fails, the master drops
+    it or answers that it is not the leader, tries the next ones in turn (or
+    the leader one names), again and again after a short pause while none
+    leads, for up to ``failover`` seconds from the call's first failure.
+    ``tls`` is a TLS folder as ``bitfold ... --tls DIR``
     takes it (``ca.pem``, ``cert.pem``, ``key.pem``; ``bitfold up --tls``
     writes ``DIR/tls/admin`` and ``DIR/tls/reader``) for a cluster that runs mutual TLS;
-    without it the connection is plain TCP. ``timeout`` bounds each call,
-    in seconds.
+    without it the connection is plain TCP. ``timeout`` bounds each call
+    to one master, in seconds.
 
     The constructor connects (TCP, then the TLS handshake) to the first
     master that takes the connection, and raises :class:`Error` (kind
@@ -312,16 +383,18 @@ class Client:
         masters: Union[str, Sequence[str]],
         tls: Optional[Union[str, os.PathLike]] = None,
         timeout: float = DEFAULT_TIMEOUT,
+        failover: float = DEFAULT_FAILOVER,
     ):
         self.masters = parse_masters(masters)
         self.tls = None if tls is None else Path(tls)
         self.timeout = timeout
+        self.failover = failover
         context = None if tls is None else tls_context(tls)
         self._link = _Link(self.masters, context, self.tls)
         self._runner = Runner(self._link.close)
         self._closer = weakref.finalize(self, self._runner.stop)
         try:
-            self._runner.run(self._link.call(_no_call, self.timeout))
+            self._runner.run(self._link.call(_no_call, self.timeout, self.failover))
         except BaseException:
             self.close()
             raise
@@ -340,7 +413,7 @@ class Client:
         if not self._closer.alive or not self._runner.running():
             raise Error("connection", "this bitfold Client is closed: make a new one")
         try:
-            return self._runner.run(self._link.call(send, self.timeout))
+            return self._runner.run(self._link.call(send, self.timeout, self.failover))
         except concurrent.futures.CancelledError:
             raise Error("connection", "this bitfold Client was closed during the call") from None
 
