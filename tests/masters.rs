@@ -323,7 +323,7 @@ fn status_lists_every_master_before_the_slaves() {
         lines,
         [
             "master m0 127.0.0.1:7100 leader log 7 applied 7 term 2",
-            &format!("master m1 {dead} down log 7 applied 7 term 2: connection refused"),
+            &format!("master m1 {dead} down log 7 term 2: connection refused"),
             lines[2],
         ],
         "{text}"

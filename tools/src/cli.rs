@@ -204,8 +204,16 @@ pub struct UpArgs {
     /// The master's port; new slaves take the ports after it.
     #[arg(long, value_name = "PORT", default_value_t = 7100)]
     pub port: u16,
+    /// Masters to run: 1, or 3 or 5 whose records Raft replicates, so the
+    /// cluster serves while a majority of them is up [default: 1, or what
+    /// `DIR/cluster.toml` says]. A new cluster's masters (`m0`, `m1`, ...)
+    /// listen on PORT, PORT + 1, ...; its slaves take the ports after them.
+    /// Clients pass every master: `--master HOST:PORT,HOST:PORT+1,...`.
+    #[arg(long, value_name = "N")]
+    pub masters: Option<usize>,
     /// Serve the master's Prometheus metrics at http://HOST:PORT/metrics,
-    /// and each slave's on the ports after it (slave `i` at PORT + 1 + i);
+    /// and each slave's on the ports after it (slave `i` at PORT + 1 + i;
+    /// with several masters, master `i` at PORT + i and the slaves after them);
     /// with --tls over https, only to a scraper that presents a client
     /// certificate signed by the cluster's CA (DIR/tls/reader's, for one).
     #[arg(long, value_name = "HOST:PORT")]

@@ -29,8 +29,8 @@ use bitfold_engine::store::Store;
 use futures::channel::oneshot;
 use futures::future::BoxFuture;
 
-use crate::cluster::{ClusterConfig, SlaveEntry};
-use crate::master::{self, MasterOptions};
+use crate::cluster::{ClusterConfig, MasterEntry, SlaveEntry};
+use crate::master::{self, MasterOptions, Replication};
 use crate::slave::{self, Admit, SlaveOptions};
 use crate::tls::{Tls, TlsError};
 
@@ -218,15 +218,24 @@ pub fn loopback(slaves: usize, replicas: usize) -> ClusterConfig {
 /// after it).
 pub const MASTER_TLS: &str = "master";
 
-/// A master and its slaves, serving from threads of this process; all of
-/// them stop when it is dropped or by [`LocalCluster::stop`].
+/// A master (or several, whose records Raft replicates) and its slaves,
+/// serving from threads of this process; all of them stop when it is
+/// dropped or by [`LocalCluster::stop`].
 pub struct LocalCluster {
     cluster: ClusterConfig,
     stores: Vec<Arc<Store>>,
     slave_options: Vec<SlaveOptions>,
     slaves: Vec<Server>,
-    master_options: MasterOptions,
-    master: Server,
+    master_options: Vec<MasterOptions>,
+    masters: Vec<Server>,
+}
+
+/// The masters a local cluster starts.
+enum Masters<'a> {
+    /// One, listening on this address.
+    One(&'a str),
+    /// Several, as these entries say.
+    Replicated(&'a [MasterEntry]),
 }
 
 impl LocalCluster {
@@ -266,12 +275,45 @@ impl LocalCluster {
         cluster: ClusterConfig,
         master_listen: &str,
         tls: Option<&Path>,
-        mut tune_slave: impl FnMut(usize, &mut SlaveOptions),
+        tune_slave: impl FnMut(usize, &mut SlaveOptions),
         tune: impl FnOnce(&mut MasterOptions),
+    ) -> Result<LocalCluster, Error> {
+        let masters = Masters::One(master_listen);
+        let mut tune = Some(tune);
+        let tune = |options: &mut MasterOptions| tune.take().map_or((), |tune| tune(options));
+        LocalCluster::launch(root, cluster, masters, tls, tune_slave, tune)
+    }
+
+    /// Like [`LocalCluster::start_tuned`], with the several `masters`
+    /// (docs/protocol.md §12), each with its data in
+    /// [`LocalCluster::master_dir`]`/NAME` and its options changed by `tune`.
+    pub fn start_replicated(
+        root: &Path,
+        cluster: ClusterConfig,
+        masters: &[MasterEntry],
+        tls: Option<&Path>,
+        tune_slave: impl FnMut(usize, &mut SlaveOptions),
+        tune: impl FnMut(&mut MasterOptions),
+    ) -> Result<LocalCluster, Error> {
+        let masters = Masters::Replicated(masters);
+        LocalCluster::launch(root, cluster, masters, tls, tune_slave, tune)
+    }
+
+    fn launch(
+        root: &Path,
+        cluster: ClusterConfig,
+        masters: Masters<'_>,
+        tls: Option<&Path>,
+        mut tune_slave: impl FnMut(usize, &mut SlaveOptions),
+        mut tune: impl FnMut(&mut MasterOptions),
     ) -> Result<LocalCluster, Error> {
         let load = |name: &str| tls.map(|dir| Tls::load(&dir.join(name))).transpose();
         let hosts = cluster.slaves.iter().map(|slave| slave.addr.clone());
-        let admit = Admit::Hosts(hosts.chain([master_listen.to_owned()]).collect());
+        let master_hosts: Vec<String> = match &masters {
+            Masters::One(listen) => vec![listen.to_string()],
+            Masters::Replicated(entries) => entries.iter().map(|m| m.addr.clone()).collect(),
+        };
+        let admit = Admit::Hosts(hosts.chain(master_hosts).collect());
         let mut stores = Vec::new();
         let mut slave_options = Vec::new();
         let mut slaves = Vec::new();
@@ -304,22 +346,39 @@ impl LocalCluster {
             slaves: bound,
             ..cluster
         };
-        let mut master_options = MasterOptions::new(
-            master_listen,
-            cluster.clone(),
-            LocalCluster::master_dir(root),
-        );
-        master_options.tls = load(MASTER_TLS)?;
-        tune(&mut master_options);
-        let master = Server::master(master_options.clone())?;
-        master_options.listen = master.addr().to_string();
+        let each: Vec<(String, PathBuf, Option<Replication>)> = match masters {
+            Masters::One(listen) => vec![(listen.to_owned(), LocalCluster::master_dir(root), None)],
+            Masters::Replicated(entries) => entries
+                .iter()
+                .map(|entry| {
+                    let place = Replication {
+                        name: entry.name.clone(),
+                        masters: entries.to_vec(),
+                    };
+                    let dir = LocalCluster::master_dir(root).join(&entry.name);
+                    (entry.addr.clone(), dir, Some(place))
+                })
+                .collect(),
+        };
+        let mut master_options = Vec::new();
+        let mut started = Vec::new();
+        for (listen, dir, replication) in each {
+            let mut options = MasterOptions::new(listen, cluster.clone(), dir);
+            options.tls = load(MASTER_TLS)?;
+            options.replication = replication;
+            tune(&mut options);
+            let master = Server::master(options.clone())?;
+            options.listen = master.addr().to_string();
+            master_options.push(options);
+            started.push(master);
+        }
         Ok(LocalCluster {
             cluster,
             stores,
             slave_options,
             slaves,
             master_options,
-            master,
+            masters: started,
         })
     }
 
@@ -333,9 +392,14 @@ impl LocalCluster {
         root.join("master-data")
     }
 
-    /// Where the master answers.
+    /// Where the master answers (the first, of several).
     pub fn master_addr(&self) -> SocketAddr {
-        self.master.addr()
+        self.masters[0].addr()
+    }
+
+    /// Where each master answers.
+    pub fn master_addrs(&self) -> Vec<SocketAddr> {
+        self.masters.iter().map(Server::addr).collect()
     }
 
     /// The cluster file the master serves, with the addresses the slaves listen on.
@@ -369,29 +433,32 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// Stops the master and starts a new one on its address and data directory.
+    /// Stops each master and starts a new one on its address and data directory.
     pub fn restart_master(&mut self) -> Result<(), Error> {
-        self.master.stop()?;
-        self.master = Server::master(self.master_options.clone())?;
+        for (master, options) in self.masters.iter_mut().zip(&self.master_options) {
+            master.stop()?;
+            *master = Server::master(options.clone())?;
+        }
         Ok(())
     }
 
     /// Why a server stopped, if one stopped without being asked to.
     pub fn failure(&mut self) -> Option<Error> {
-        std::iter::once(&mut self.master)
+        self.masters
+            .iter_mut()
             .chain(&mut self.slaves)
             .find_map(Server::failure)
     }
 
-    /// Stops the master, then the slaves; the first error one stopped with.
+    /// Stops the masters, then the slaves; the first error one stopped with.
     pub fn stop(mut self) -> Result<(), Error> {
         self.stop_all()
     }
 
     fn stop_all(&mut self) -> Result<(), Error> {
-        let mut outcome = self.master.stop();
-        for slave in &mut self.slaves {
-            outcome = outcome.and(slave.stop());
+        let mut outcome = Ok(());
+        for server in self.masters.iter_mut().chain(&mut self.slaves) {
+            outcome = outcome.and(server.stop());
         }
         outcome
     }

@@ -74,11 +74,17 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `master NAME ADDR STATE log N applied N term N`, and why it is down.
+/// `master NAME ADDR STATE log N [applied N] term N`, and why it is down;
+/// only the leader, which answered, says what it applied.
 fn master_line(m: &MasterState) -> String {
+    let applied = if m.state == "leader" {
+        format!(" applied {}", m.applied)
+    } else {
+        String::new()
+    };
     let line = format!(
-        "master {} {} {} log {} applied {} term {}",
-        m.name, m.addr, m.state, m.log_index, m.applied, m.term
+        "master {} {} {} log {}{applied} term {}",
+        m.name, m.addr, m.state, m.log_index, m.term
     );
     match &m.reason {
         Some(reason) => format!("{line}: {reason}"),
@@ -133,13 +139,18 @@ mod tests {
         };
         assert_eq!(
             master_line(&m),
-            "master m1 127.0.0.1:7101 follower log 41 applied 40 term 3"
+            "master m1 127.0.0.1:7101 follower log 41 term 3"
+        );
+        m.state = "leader".into();
+        assert_eq!(
+            master_line(&m),
+            "master m1 127.0.0.1:7101 leader log 41 applied 40 term 3"
         );
         m.state = "down".into();
         m.reason = Some("connection refused".into());
         assert_eq!(
             master_line(&m),
-            "master m1 127.0.0.1:7101 down log 41 applied 40 term 3: connection refused"
+            "master m1 127.0.0.1:7101 down log 41 term 3: connection refused"
         );
     }
 

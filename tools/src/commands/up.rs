@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bitfold_net::tls::{Files, SERVER_NAME};
-use bitfold_server::cluster::{ClusterConfig, ClusterFile};
+use bitfold_server::cluster::{ClusterConfig, ClusterFile, MasterEntry};
 use bitfold_server::local::{LocalCluster, MASTER_TLS};
+use bitfold_server::master::MasterOptions;
+use bitfold_server::slave::SlaveOptions;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -28,27 +30,50 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
 
     fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create the cluster directory {}", args.dir.display()))?;
-    let cluster = cluster_for(&args)?;
+    let ClusterFile {
+        cluster, masters, ..
+    } = cluster_for(&args)?;
     let tls = if args.tls {
         Some(tls_for(&args.dir, &cluster)?)
     } else {
         None
     };
+    let servers = masters.len().max(1);
     let metrics = match &args.metrics {
-        Some(first) => metrics_addrs(first, cluster.slaves.len())?,
+        Some(first) => metrics_addrs(first, servers, cluster.slaves.len())?,
         None => Vec::new(),
     };
-    let mut local = LocalCluster::start_tuned(
-        &args.dir,
-        cluster,
-        &format!("127.0.0.1:{}", args.port),
-        tls.as_deref(),
-        |i, options| options.metrics = metrics.get(i + 1).cloned(),
-        |options| {
-            options.metrics = metrics.first().cloned();
-            options.slow = args.slow;
-        },
-    )?;
+    let tune_slave =
+        |i, options: &mut SlaveOptions| options.metrics = metrics.get(servers + i).cloned();
+    let tune = |options: &mut MasterOptions| {
+        let i = options
+            .replication
+            .as_ref()
+            .and_then(|place| masters.iter().position(|m| m.name == place.name))
+            .unwrap_or(0);
+        options.metrics = metrics.get(i).cloned();
+        options.slow = args.slow;
+    };
+    let mut local = if masters.is_empty() {
+        let listen = format!("127.0.0.1:{}", args.port);
+        LocalCluster::start_tuned(
+            &args.dir,
+            cluster,
+            &listen,
+            tls.as_deref(),
+            tune_slave,
+            tune,
+        )?
+    } else {
+        LocalCluster::start_replicated(
+            &args.dir,
+            cluster,
+            &masters,
+            tls.as_deref(),
+            tune_slave,
+            tune,
+        )?
+    };
     let cluster = local.cluster().clone();
 
     println!(
@@ -61,7 +86,19 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
     for slave in &cluster.slaves {
         println!("slave {} listening on {}", slave.name, slave.addr);
     }
-    println!("master listening on {}", local.master_addr());
+    if masters.is_empty() {
+        println!("master listening on {}", local.master_addr());
+    } else {
+        for (master, addr) in masters.iter().zip(local.master_addrs()) {
+            println!("master {} listening on {addr}", master.name);
+        }
+        let all: Vec<String> = local.master_addrs().iter().map(|a| a.to_string()).collect();
+        println!(
+            "{} masters replicate their records (Raft): clients pass --master {}",
+            masters.len(),
+            all.join(",")
+        );
+    }
     if let Some(tls) = &tls {
         println!(
             "mutual TLS on every link; clients pass --tls {} (any command) or --tls {} \
@@ -71,9 +108,12 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
             tls.join(bitfold_certs::CLUSTER_CA).display(),
         );
     }
-    if let Some((master, slaves)) = metrics.split_first() {
+    if !metrics.is_empty() {
         let scheme = if tls.is_some() { "https" } else { "http" };
-        println!("master metrics at {scheme}://{master}/metrics");
+        let (of_masters, slaves) = metrics.split_at(servers);
+        for addr in of_masters {
+            println!("master metrics at {scheme}://{addr}/metrics");
+        }
         for (slave, addr) in cluster.slaves.iter().zip(slaves) {
             println!("slave {} metrics at {scheme}://{addr}/metrics", slave.name);
         }
@@ -110,49 +150,76 @@ const FAILURE_CHECK_INTERVAL: Duration = Duration::from_millis(200);
 const DEFAULT_SLAVES: usize = 3;
 
 /// The cluster file already in the directory (the flags, if given, must
-/// agree with it), or a new one written there; either way its `master`
-/// key names the address the master listens on.
-fn cluster_for(args: &UpArgs) -> anyhow::Result<ClusterConfig> {
+/// agree with it), or a new one written there. With one master, its
+/// `master` key names the address the master listens on; with several,
+/// its `[[masters]]` do.
+fn cluster_for(args: &UpArgs) -> anyhow::Result<ClusterFile> {
     let file = cluster_file(&args.dir);
-    let master = format!("127.0.0.1:{}", args.port);
     let mut whole = if file.exists() {
         let whole = ClusterFile::load(&file)?;
         let cluster = &whole.cluster;
         let slaves_differ = args.slaves.is_some_and(|n| n != cluster.slaves.len());
         let replicas_differ = args.replicas.is_some_and(|r| r != cluster.replicas);
-        if slaves_differ || replicas_differ {
+        let masters_differ = args
+            .masters
+            .is_some_and(|m| m != whole.masters.len().max(1));
+        if slaves_differ || replicas_differ || masters_differ {
             bail!(
-                "{} describes {} slaves with {} replicas, which --slaves/--replicas contradict: \
-                 vectors are placed by that file, so use another --dir for another shape",
+                "{} describes {} slaves with {} replicas and {} master(s), which \
+                 --slaves/--replicas/--masters contradict: vectors and records are placed by \
+                 that file, so use another --dir for another shape",
                 file.display(),
                 cluster.slaves.len(),
                 cluster.replicas,
+                whole.masters.len().max(1),
             );
         }
         whole
     } else {
-        let first_slave_port = args
-            .port
-            .checked_add(1)
-            .context("--port must be below 65535")?;
+        let masters = args.masters.unwrap_or(1);
+        if ![1, 3, 5].contains(&masters) {
+            bail!("--masters {masters}: run 1, 3 or 5 masters");
+        }
+        let port = |i: usize| {
+            u16::try_from(i)
+                .ok()
+                .and_then(|i| args.port.checked_add(i))
+                .with_context(|| format!("--port {}: too high for the ports after it", args.port))
+        };
         let cluster = numbered_cluster(
             args.slaves.unwrap_or(DEFAULT_SLAVES),
             args.replicas.unwrap_or(1),
-            first_slave_port,
+            port(masters)?,
         )?;
+        let masters = if masters == 1 {
+            Vec::new()
+        } else {
+            (0..masters)
+                .map(|i| {
+                    Ok(MasterEntry {
+                        name: format!("m{i}"),
+                        addr: format!("127.0.0.1:{}", port(i)?),
+                    })
+                })
+                .collect::<anyhow::Result<_>>()?
+        };
         ClusterFile {
             cluster,
             master: None,
             tls: None,
-            masters: Vec::new(),
+            masters,
         }
     };
-    if whole.master.as_ref() != Some(&master) {
-        whole.master = Some(master);
+    let master = whole
+        .masters
+        .is_empty()
+        .then(|| format!("127.0.0.1:{}", args.port));
+    if whole.master != master || !file.exists() {
+        whole.master = master;
         fs::write(&file, whole.to_toml())
             .with_context(|| format!("cannot write the cluster file {}", file.display()))?;
     }
-    Ok(whole.cluster)
+    Ok(whole)
 }
 
 /// The TLS folders of the cluster under `dir`: those of an earlier run
@@ -185,10 +252,10 @@ fn tls_for(dir: &Path, cluster: &ClusterConfig) -> anyhow::Result<PathBuf> {
     Ok(tls)
 }
 
-/// Where each server serves its metrics, given `--metrics HOST:PORT`: the
-/// master at `HOST:PORT`, then slave `i` (in cluster file order) at
-/// `HOST:(PORT + 1 + i)`.
-fn metrics_addrs(first: &str, slaves: usize) -> anyhow::Result<Vec<String>> {
+/// Where each server serves its metrics, given `--metrics HOST:PORT`:
+/// master `i` of `masters` at `HOST:(PORT + i)`, then slave `i` (in cluster
+/// file order) at `HOST:(PORT + masters + i)`.
+fn metrics_addrs(first: &str, masters: usize, slaves: usize) -> anyhow::Result<Vec<String>> {
     let (host, port) = first
         .rsplit_once(':')
         .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
@@ -199,13 +266,16 @@ fn metrics_addrs(first: &str, slaves: usize) -> anyhow::Result<Vec<String>> {
              their metrics on the ports after it"
         );
     }
-    (0..=slaves)
+    (0..masters + slaves)
         .map(|i| {
             let port = u16::try_from(i)
                 .ok()
                 .and_then(|i| port.checked_add(i))
                 .with_context(|| {
-                    format!("--metrics {first}: {slaves} slaves need the ports after it; pick a lower one")
+                    format!(
+                        "--metrics {first}: {slaves} slaves need the ports after it; pick a \
+                         lower one"
+                    )
                 })?;
             Ok(format!("{host}:{port}"))
         })
@@ -226,7 +296,7 @@ mod tests {
 
     #[test]
     fn each_slave_serves_metrics_on_a_port_after_the_masters() {
-        let addrs = metrics_addrs("127.0.0.1:9100", 3).unwrap();
+        let addrs = metrics_addrs("127.0.0.1:9100", 1, 3).unwrap();
         assert_eq!(
             addrs,
             [
@@ -240,11 +310,13 @@ mod tests {
 
     #[test]
     fn a_metrics_port_that_leaves_no_room_for_the_slaves_is_refused() {
-        let err = metrics_addrs("127.0.0.1:65534", 3).unwrap_err().to_string();
+        let err = metrics_addrs("127.0.0.1:65534", 1, 3)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("pick a lower one"), "{err}");
-        let err = metrics_addrs("127.0.0.1:0", 3).unwrap_err().to_string();
+        let err = metrics_addrs("127.0.0.1:0", 1, 3).unwrap_err().to_string();
         assert!(err.contains("needs a fixed port"), "{err}");
-        let err = metrics_addrs("9100", 3).unwrap_err().to_string();
+        let err = metrics_addrs("9100", 1, 3).unwrap_err().to_string();
         assert!(err.contains("give HOST:PORT"), "{err}");
     }
 }
