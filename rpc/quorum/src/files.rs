@@ -16,17 +16,17 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use bitfold_engine::store::{AppendFile, Directory, StoreError, read_sealed, write_sealed};
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
-    AnyError, BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder,
-    StorageError, StorageIOError, StoredMembership,
+    AnyError, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, StorageError,
+    StorageIOError, StoredMembership,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{Change, Records};
+use crate::{Change, Member, Records};
 
 const APPLIED: &str = "applied";
 const SNAPSHOT: &str = "snapshot";
 
-type Meta = SnapshotMeta<u64, BasicNode>;
+type Meta = SnapshotMeta<u64, Member>;
 
 /// The records directory as Raft's state machine; clones share it.
 #[derive(Clone)]
@@ -52,7 +52,7 @@ struct Inner {
 #[derive(Clone, Default, Serialize, Deserialize)]
 struct Applied {
     last: Option<LogId<u64>>,
-    membership: StoredMembership<u64, BasicNode>,
+    membership: StoredMembership<u64, Member>,
 }
 
 /// A snapshot's body: every file of the records directory.
@@ -258,7 +258,7 @@ impl RaftStateMachine<Records> for FileMachine {
 
     async fn applied_state(
         &mut self,
-    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), StorageError<u64>> {
+    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, Member>), StorageError<u64>> {
         let inner = self.lock();
         Ok((inner.applied.last, inner.applied.membership.clone()))
     }

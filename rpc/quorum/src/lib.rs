@@ -16,10 +16,13 @@
 //! - [`network`]: the messages between masters, over a [`Transport`] the
 //!   caller provides (bitfold's servers carry them in Cap'n Proto calls);
 //! - [`node`]: one master's Raft node ([`Quorum`]) and what it reports;
+//! - `join`: how a master with a new data directory learns whether its
+//!   cluster is new, and joins a running one as a new member;
 //! - [`directory`]: the master's directory, replicated.
 
 pub mod directory;
 pub mod files;
+mod join;
 pub mod log;
 pub mod network;
 pub mod node;
@@ -31,19 +34,29 @@ use serde::{Deserialize, Serialize};
 
 pub use directory::ReplicatedDirectory;
 pub use network::Transport;
-pub use node::{MemberState, Quorum, QuorumOptions, Standing};
+pub use node::{MemberState, Opening, Quorum, QuorumOptions, Standing};
 
 openraft::declare_raft_types!(
     /// The Raft types of the masters' log: each entry one [`Change`] to
-    /// the records directory; masters are numbered by [`member_id`] and
-    /// reached at an address.
+    /// the records directory; masters are numbered (see [`member_id`]) and
+    /// known as a [`Member`].
     pub Records:
         D = Change,
         R = (),
         NodeId = u64,
-        Node = openraft::BasicNode,
+        Node = Member,
         SnapshotData = std::io::Cursor<Vec<u8>>,
 );
+
+/// A master as Raft's membership records it: its name in the cluster file
+/// and where it listens.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Its name (`m0`).
+    pub name: String,
+    /// Its address, `HOST:PORT`.
+    pub addr: String,
+}
 
 /// One change to the records directory: what a log entry carries.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,9 +111,10 @@ impl fmt::Display for Change {
     }
 }
 
-/// The Raft id of the master named `name` in the cluster file: a hash of
-/// the name, so every master numbers every other the same way without
-/// being told, and a new master under a new name gets a new id.
+/// The Raft id a new cluster's master named `name` starts with: a hash of
+/// the name, so the masters of a new cluster number each other the same
+/// way without being told. A master that joins a running cluster (new, or
+/// back with its data lost) takes a new id ([`node`]).
 pub fn member_id(name: &str) -> u64 {
     let mut hasher = fnv::FnvHasher::default();
     hasher.write(name.as_bytes());

@@ -84,6 +84,17 @@ impl LogStore {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The last entry held (or purged), if any.
+    pub(crate) fn last_index(&self) -> Option<u64> {
+        let inner = self.lock();
+        inner
+            .ids
+            .keys()
+            .next_back()
+            .copied()
+            .or(inner.purged.map(|p| p.index))
+    }
+
     /// Whether this log was never written: a master starting a new cluster.
     pub fn is_new(&self) -> bool {
         let inner = self.lock();

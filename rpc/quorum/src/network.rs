@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use openraft::AnyError;
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -16,10 +17,9 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::{AnyError, BasicNode};
 use serde::{Deserialize, Serialize};
 
-use crate::Records;
+use crate::{Member, Records};
 
 /// A message's answer, or why there is none (the master could not be
 /// reached, or did not answer in time).
@@ -33,12 +33,18 @@ pub trait Transport: Send + Sync + 'static {
     fn send(&self, addr: &str, message: Vec<u8>, timeout: Duration) -> Sent;
 }
 
-/// A message from one master to another.
+/// A message from one master to another. Raft's name the id they are for:
+/// a master that lost its data and joined again as a new member listens
+/// where the member it was did, and must not answer for it.
 #[derive(Serialize, Deserialize)]
 pub(crate) enum Message {
-    Vote(VoteRequest<u64>),
-    Append(AppendEntriesRequest<Records>),
-    Snapshot(InstallSnapshotRequest<Records>),
+    Vote(u64, VoteRequest<u64>),
+    Append(u64, AppendEntriesRequest<Records>),
+    Snapshot(u64, InstallSnapshotRequest<Records>),
+    /// Whether the master holds a log (see `join`).
+    Hello,
+    /// Make the sender a member (see `join`).
+    Join(crate::join::Join),
 }
 
 /// Its answer.
@@ -47,7 +53,11 @@ pub(crate) enum Reply {
     Vote(Result<VoteResponse<u64>, RaftError<u64>>),
     Append(Result<AppendEntriesResponse<u64>, RaftError<u64>>),
     Snapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
-    /// The message could not be read.
+    /// The last entry of the master's log, if it holds one.
+    Hello(Option<u64>),
+    /// Whether the sender is a member now, or why not.
+    Joined(Result<(), String>),
+    /// The message could not be read, or is not for this master.
     Refused(String),
 }
 
@@ -61,7 +71,7 @@ pub(crate) struct Network {
 impl RaftNetworkFactory<Records> for Network {
     type Network = Peer;
 
-    async fn new_client(&mut self, target: u64, node: &BasicNode) -> Peer {
+    async fn new_client(&mut self, target: u64, node: &Member) -> Peer {
         Peer {
             target,
             addr: node.addr.clone(),
@@ -79,7 +89,7 @@ pub(crate) struct Peer {
     unreachable: Arc<Mutex<BTreeMap<u64, String>>>,
 }
 
-type Failed<E = RaftError<u64>> = RPCError<u64, BasicNode, E>;
+type Failed<E = RaftError<u64>> = RPCError<u64, Member, E>;
 
 impl Peer {
     async fn send<E: std::error::Error>(
@@ -135,7 +145,10 @@ impl RaftNetwork<Records> for Peer {
         rpc: AppendEntriesRequest<Records>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, Failed> {
-        match self.send(&Message::Append(rpc), &option).await? {
+        match self
+            .send(&Message::Append(self.target, rpc), &option)
+            .await?
+        {
             Reply::Append(answer) => answer.map_err(|e| self.remote(e)),
             _ => Err(self.malformed("it answered another kind of message".into())),
         }
@@ -146,7 +159,10 @@ impl RaftNetwork<Records> for Peer {
         rpc: InstallSnapshotRequest<Records>,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<u64>, Failed<RaftError<u64, InstallSnapshotError>>> {
-        match self.send(&Message::Snapshot(rpc), &option).await? {
+        match self
+            .send(&Message::Snapshot(self.target, rpc), &option)
+            .await?
+        {
             Reply::Snapshot(answer) => answer.map_err(|e| self.remote(e)),
             _ => Err(self.malformed("it answered another kind of message".into())),
         }
@@ -157,7 +173,7 @@ impl RaftNetwork<Records> for Peer {
         rpc: VoteRequest<u64>,
         option: RPCOption,
     ) -> Result<VoteResponse<u64>, Failed> {
-        match self.send(&Message::Vote(rpc), &option).await? {
+        match self.send(&Message::Vote(self.target, rpc), &option).await? {
             Reply::Vote(answer) => answer.map_err(|e| self.remote(e)),
             _ => Err(self.malformed("it answered another kind of message".into())),
         }

@@ -5,18 +5,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bitfold_engine::store::{Directory, MmapDirectory};
+use bitfold_engine::store::{Directory, MmapDirectory, read_sealed, write_sealed};
 use openraft::error::{InitializeError, RaftError};
-use openraft::{BasicNode, Config, Raft, ServerState, SnapshotPolicy};
+use openraft::{Config, Raft, ServerState, SnapshotPolicy};
+use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 use crate::directory::ReplicatedDirectory;
 use crate::files::FileMachine;
 use crate::log::LogStore;
 use crate::network::{Message, Network, Reply, Transport};
-use crate::{Records, member_id};
+use crate::{Member, Records, join, member_id};
 
 /// How one master of several runs its Raft node.
 #[derive(Debug, Clone)]
@@ -60,8 +61,6 @@ pub struct Quorum {
     raft: Raft<Records>,
     runtime: Option<tokio::runtime::Runtime>,
     me: u64,
-    /// Every master: its id, name and address.
-    masters: Vec<(u64, String, String)>,
     records: Arc<dyn Directory>,
     machine: FileMachine,
     write_timeout: Duration,
@@ -94,20 +93,25 @@ pub struct Standing {
     pub term: u64,
     /// The last entry it applied.
     pub applied: u64,
-    /// Every master of the cluster file, in its order.
+    /// Every master Raft's membership holds, by name.
     pub masters: Vec<MemberState>,
 }
 
-impl Quorum {
-    /// Opens the Raft node of master `options.name` and starts it; a new
-    /// data directory starts a new cluster of every master of the file.
-    pub fn open(options: QuorumOptions, transport: Arc<dyn Transport>) -> Result<Quorum, String> {
-        let me = member_id(&options.name);
-        let masters: Vec<(u64, String, String)> = options
-            .masters
-            .iter()
-            .map(|(name, addr)| (member_id(name), name.clone(), addr.clone()))
-            .collect();
+/// A master's Raft folder and records opened, before Raft runs: it can
+/// already tell another master whether it holds a log ([`Opening::answer`]).
+pub struct Opening {
+    options: QuorumOptions,
+    raft_dir: Arc<dyn Directory>,
+    records: Arc<dyn Directory>,
+    log: LogStore,
+    machine: FileMachine,
+    identity: Option<Identity>,
+}
+
+impl Opening {
+    /// Opens the Raft folder and records of master `options.name`; a
+    /// damaged file is refused with an error naming it.
+    pub fn open(options: QuorumOptions) -> Result<Opening, String> {
         let raft_dir: Arc<dyn Directory> = Arc::new(
             MmapDirectory::open(options.data_dir.join("raft")).map_err(|e| e.to_string())?,
         );
@@ -115,8 +119,60 @@ impl Quorum {
             MmapDirectory::open(options.data_dir.join("records")).map_err(|e| e.to_string())?,
         );
         let log = LogStore::open(raft_dir.clone())?;
-        let new = log.is_new();
-        let machine = FileMachine::open(records.clone(), raft_dir)?;
+        let machine = FileMachine::open(records.clone(), raft_dir.clone())?;
+        let identity = Identity::read(&*raft_dir, &options.name)?;
+        Ok(Opening {
+            options,
+            raft_dir,
+            records,
+            log,
+            machine,
+            identity,
+        })
+    }
+
+    /// Answers a message another master sent while this one opens: only
+    /// `hello` gets an answer.
+    pub fn answer(&self, message: &[u8]) -> Vec<u8> {
+        join::answer_hello(&self.log, message)
+    }
+
+    /// Starts Raft: as before for a master that ran; for a new data
+    /// directory, as a new cluster of every master of the file if the
+    /// other masters hold no log either, else as a new member joining the
+    /// running cluster (it catches up from a snapshot). Blocks until
+    /// Raft runs; call it off any async runtime.
+    pub fn start(&self, transport: Arc<dyn Transport>) -> Result<Quorum, String> {
+        let options = &self.options;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("raft")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the Raft thread: {e}"))?;
+        let me = Member {
+            name: options.name.clone(),
+            addr: options
+                .masters
+                .iter()
+                .find(|(name, _)| *name == options.name)
+                .map(|(_, addr)| addr.clone())
+                .ok_or_else(|| format!("master {} is not one of the masters", options.name))?,
+        };
+        let (identity, new_cluster) = match self.identity {
+            Some(identity) => (identity, false),
+            None if !self.log.is_new() => (Identity::founding(&me.name), false),
+            None => {
+                let running = runtime.block_on(join::cluster_runs(&*transport, options))?;
+                let identity = if running {
+                    Identity::joining(&me.name)
+                } else {
+                    Identity::founding(&me.name)
+                };
+                (identity, !running)
+            }
+        };
+        identity.write(&*self.raft_dir, &me.name)?;
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
         let config = Config {
             cluster_name: "bitfold-masters".into(),
@@ -129,49 +185,146 @@ impl Quorum {
         }
         .validate()
         .map_err(|e| format!("the Raft settings are inconsistent: {e}"))?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("raft")
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the Raft thread: {e}"))?;
         let unreachable = Arc::new(Mutex::new(BTreeMap::new()));
         let network = Network {
-            transport,
+            transport: transport.clone(),
             unreachable: unreachable.clone(),
         };
         let raft = runtime
             .block_on(Raft::new(
-                me,
+                identity.id,
                 Arc::new(config),
                 network,
-                log,
-                machine.clone(),
+                self.log.clone(),
+                self.machine.clone(),
             ))
             .map_err(|e| format!("cannot start Raft: {e}"))?;
-        if new {
-            let members: BTreeMap<u64, BasicNode> = masters
+        if new_cluster {
+            let members: BTreeMap<u64, Member> = options
+                .masters
                 .iter()
-                .map(|(id, _, addr)| (*id, BasicNode::new(addr)))
+                .map(|(name, addr)| {
+                    let member = Member {
+                        name: name.clone(),
+                        addr: addr.clone(),
+                    };
+                    (member_id(name), member)
+                })
                 .collect();
             match runtime.block_on(raft.initialize(members)) {
                 Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
                 Err(e) => return Err(format!("cannot start a new cluster of masters: {e}")),
             }
         }
+        if !identity.joined {
+            let join = join::Join {
+                id: identity.id,
+                member: me.clone(),
+                masters: options
+                    .masters
+                    .iter()
+                    .map(|(name, _)| name.clone())
+                    .collect(),
+            };
+            let raft_dir = self.raft_dir.clone();
+            let others: Vec<String> = options
+                .masters
+                .iter()
+                .filter(|(name, _)| *name != me.name)
+                .map(|(_, addr)| addr.clone())
+                .collect();
+            runtime.spawn(async move {
+                join::join(&*transport, &others, &join).await;
+                let joined = Identity {
+                    joined: true,
+                    ..identity
+                };
+                if let Err(e) = joined.write(&*raft_dir, &join.member.name) {
+                    tracing::error!("{e}");
+                }
+            });
+        }
         Ok(Quorum {
             raft,
             runtime: Some(runtime),
-            me,
-            masters,
-            records,
-            machine,
+            me: identity.id,
+            records: self.records.clone(),
+            machine: self.machine.clone(),
             write_timeout: options.write_timeout,
             unreachable,
             failed: Arc::new(Notify::new()),
         })
     }
+}
 
+/// Which Raft id this master has, kept in its Raft folder's `identity`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct Identity {
+    id: u64,
+    /// Whether it is a member (false while a new member is joining).
+    joined: bool,
+}
+
+const IDENTITY: &str = "identity";
+
+impl Identity {
+    /// A founding master's: the id every master of a new cluster gives it.
+    fn founding(name: &str) -> Identity {
+        Identity {
+            id: member_id(name),
+            joined: true,
+        }
+    }
+
+    /// A joining master's: an id no master had, so that a master back
+    /// with its data lost is never counted as the member it was (whose
+    /// votes and log it no longer holds).
+    fn joining(name: &str) -> Identity {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        Identity {
+            id: member_id(&format!("{name}#{nanos}#{}", std::process::id())),
+            joined: false,
+        }
+    }
+
+    fn read(dir: &dyn Directory, name: &str) -> Result<Option<Identity>, String> {
+        if !dir
+            .list()
+            .map_err(|e| e.to_string())?
+            .iter()
+            .any(|n| n == IDENTITY)
+        {
+            return Ok(None);
+        }
+        let damaged = |e: String| {
+            format!(
+                "{} is damaged ({e}): remove the master's data directory and start it again \
+                 (it joins the others as a new member)",
+                dir.path(IDENTITY).display()
+            )
+        };
+        let body = read_sealed(dir, IDENTITY).map_err(|e| damaged(e.to_string()))?;
+        let (held, identity): (String, Identity) =
+            postcard::from_bytes(&body).map_err(|e| damaged(e.to_string()))?;
+        if held != name {
+            return Err(format!(
+                "{} belongs to master {held}, not {name}: start master {held} on it, or give \
+                 {name} a data directory of its own",
+                dir.path(IDENTITY).display()
+            ));
+        }
+        Ok(Some(identity))
+    }
+
+    fn write(&self, dir: &dyn Directory, name: &str) -> Result<(), String> {
+        let body = postcard::to_stdvec(&(name, self)).map_err(|e| e.to_string())?;
+        write_sealed(dir, IDENTITY, &body).map_err(|e| e.to_string())
+    }
+}
+
+impl Quorum {
     /// The records directory as the leader's master writes it: each write
     /// returns once a majority of masters holds it.
     pub fn records(&self) -> Arc<dyn Directory> {
@@ -193,11 +346,23 @@ impl Quorum {
     /// Answers a message another master sent (see [`Transport`]).
     pub async fn answer(&self, message: &[u8]) -> Vec<u8> {
         let reply = match postcard::from_bytes::<Message>(message) {
-            Ok(Message::Vote(request)) => Reply::Vote(self.raft.vote(request).await),
-            Ok(Message::Append(request)) => Reply::Append(self.raft.append_entries(request).await),
-            Ok(Message::Snapshot(request)) => {
+            Ok(Message::Vote(to, _) | Message::Append(to, _) | Message::Snapshot(to, _))
+                if to != self.me =>
+            {
+                Reply::Refused(format!(
+                    "the master here is a new member (it lost its data and joined again), \
+                     not the one the message is for ({to})"
+                ))
+            }
+            Ok(Message::Vote(_, request)) => Reply::Vote(self.raft.vote(request).await),
+            Ok(Message::Append(_, request)) => {
+                Reply::Append(self.raft.append_entries(request).await)
+            }
+            Ok(Message::Snapshot(_, request)) => {
                 Reply::Snapshot(self.raft.install_snapshot(request).await)
             }
+            Ok(Message::Hello) => join::hello(&self.log_state()),
+            Ok(Message::Join(join)) => Reply::Joined(join::admit(&self.raft, self.me, join).await),
             Err(e) => Reply::Refused(format!("malformed message: {e}")),
         };
         postcard::to_stdvec(&reply).unwrap_or_else(|e| {
@@ -256,11 +421,19 @@ impl Quorum {
 
     /// The master that leads, by this master's knowledge: its name and address.
     pub fn leader(&self) -> Option<(String, String)> {
-        let leader = self.raft.metrics().borrow().current_leader?;
-        self.masters
-            .iter()
-            .find(|(id, _, _)| *id == leader)
-            .map(|(_, name, addr)| (name.clone(), addr.clone()))
+        let metrics = self.raft.metrics().borrow().clone();
+        let leader = metrics.current_leader?;
+        let member = metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)?
+            .clone();
+        Some((member.name, member.addr))
+    }
+
+    /// The last log entry this master holds, if any.
+    fn log_state(&self) -> Option<u64> {
+        self.raft.metrics().borrow().last_log_index
     }
 
     /// How every master stands, as this one sees it.
@@ -272,10 +445,14 @@ impl Quorum {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let masters = self
-            .masters
+        let members: BTreeMap<u64, Member> = metrics
+            .membership_config
+            .nodes()
+            .map(|(id, member)| (*id, member.clone()))
+            .collect();
+        let mut masters: Vec<MemberState> = members
             .iter()
-            .map(|(id, name, addr)| {
+            .map(|(id, Member { name, addr })| {
                 let matched = metrics
                     .replication
                     .as_ref()
@@ -306,6 +483,7 @@ impl Quorum {
                 }
             })
             .collect();
+        masters.sort_by(|a, b| a.name.cmp(&b.name));
         Standing {
             term: metrics.current_term,
             applied: self.machine.applied(),

@@ -1,7 +1,8 @@
 //! Three Raft nodes in one process, each on its own folder, talking over
 //! an in-memory transport: what one leader writes through its records
 //! directory every node holds; a node stopped while the others went on
-//! catches up from a snapshot; a leader stopped is replaced.
+//! catches up from a snapshot; a leader stopped is replaced; one whose data
+//! is lost joins again as a new member.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -10,21 +11,32 @@ use std::time::{Duration, Instant};
 
 use bitfold_engine::store::{MmapDirectory, read_sealed, write_sealed};
 use bitfold_quorum::network::Sent;
-use bitfold_quorum::{Quorum, QuorumOptions, Transport};
+use bitfold_quorum::{Opening, Quorum, QuorumOptions, Transport};
+
+/// A node as the transport reaches it.
+enum Reached {
+    Opening(Arc<Opening>),
+    Running(Weak<Quorum>),
+}
 
 /// Carries each message straight to the node at its address, if running.
 #[derive(Default)]
 struct InMemory {
-    nodes: Mutex<HashMap<String, Weak<Quorum>>>,
+    nodes: Mutex<HashMap<String, Reached>>,
 }
 
 impl Transport for InMemory {
     fn send(&self, addr: &str, message: Vec<u8>, _timeout: Duration) -> Sent {
-        let node = self.nodes.lock().unwrap().get(addr).and_then(Weak::upgrade);
+        let answer = match self.nodes.lock().unwrap().get(addr) {
+            Some(Reached::Opening(opening)) => Ok(Ok(opening.answer(&message))),
+            Some(Reached::Running(node)) => node.upgrade().map(Err).ok_or(()),
+            None => Err(()),
+        };
         Box::pin(async move {
-            match node {
-                Some(node) => Ok(node.answer(&message).await),
-                None => Err("stopped".to_owned()),
+            match answer {
+                Ok(Ok(bytes)) => Ok(bytes),
+                Ok(Err(node)) => Ok(node.answer(&message).await),
+                Err(()) => Err("stopped".to_owned()),
             }
         })
     }
@@ -45,9 +57,7 @@ impl Cluster {
             transport: Arc::new(InMemory::default()),
             nodes: vec![None, None, None],
         };
-        for i in 0..3 {
-            cluster.start(i);
-        }
+        cluster.start_together(&[0, 1, 2]);
         cluster
     }
 
@@ -56,20 +66,39 @@ impl Cluster {
     }
 
     fn start(&mut self, i: usize) {
-        let masters = NAMES
-            .iter()
-            .map(|n| (n.to_string(), format!("addr-{n}")))
-            .collect();
-        let mut options = QuorumOptions::new(NAMES[i].into(), masters, self.dir(i));
-        options.snapshot_every = 20;
-        options.write_timeout = Duration::from_secs(3);
-        let node = Arc::new(Quorum::open(options, self.transport.clone()).unwrap());
-        self.transport
-            .nodes
-            .lock()
-            .unwrap()
-            .insert(format!("addr-{}", NAMES[i]), Arc::downgrade(&node));
-        self.nodes[i] = Some(node);
+        self.start_together(&[i]);
+    }
+
+    /// Starts nodes `which` at once: a new cluster's wait for each other.
+    fn start_together(&mut self, which: &[usize]) {
+        let mut starting = Vec::new();
+        for &i in which {
+            let masters = NAMES
+                .iter()
+                .map(|n| (n.to_string(), format!("addr-{n}")))
+                .collect();
+            let mut options = QuorumOptions::new(NAMES[i].into(), masters, self.dir(i));
+            options.snapshot_every = 20;
+            options.write_timeout = Duration::from_secs(3);
+            let opening = Arc::new(Opening::open(options).unwrap());
+            self.transport.nodes.lock().unwrap().insert(
+                format!("addr-{}", NAMES[i]),
+                Reached::Opening(opening.clone()),
+            );
+            let transport = self.transport.clone();
+            starting.push((
+                i,
+                std::thread::spawn(move || opening.start(transport).unwrap()),
+            ));
+        }
+        for (i, started) in starting {
+            let node = Arc::new(started.join().unwrap());
+            self.transport.nodes.lock().unwrap().insert(
+                format!("addr-{}", NAMES[i]),
+                Reached::Running(Arc::downgrade(&node)),
+            );
+            self.nodes[i] = Some(node);
+        }
     }
 
     fn stop(&mut self, i: usize) {
@@ -192,4 +221,51 @@ fn a_write_without_a_majority_fails_and_changes_nothing_it_reports() {
     let err = write_sealed(&*records, "ledger", b"two").unwrap_err();
     assert!(err.to_string().contains("no majority of masters"), "{err}");
     assert_eq!(read_copy(&cluster.dir(leader), "ledger").unwrap(), b"one");
+}
+
+#[test]
+fn a_node_whose_data_is_lost_joins_again_as_a_new_member_and_catches_up() {
+    let mut cluster = Cluster::new();
+    let leader = cluster.leader();
+    let records = cluster.nodes[leader].as_ref().unwrap().records();
+    for n in 0..50u32 {
+        write_sealed(&*records, &format!("f{}", n % 5), &n.to_le_bytes()).unwrap();
+    }
+    let lost = (leader + 1) % 3;
+    cluster.stop(lost);
+    std::fs::remove_dir_all(cluster.dir(lost)).unwrap();
+    cluster.start(lost);
+    write_sealed(&*records, "catalog", b"after").unwrap();
+    cluster.wait_for(lost, "catalog", b"after");
+    assert_eq!(
+        read_copy(&cluster.dir(lost), "f4").unwrap(),
+        49u32.to_le_bytes()
+    );
+    // Three members still, the lost one under its name again, a voter.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let standing = cluster.nodes[leader].as_ref().unwrap().standing();
+        let names: Vec<(&str, &str)> = standing
+            .masters
+            .iter()
+            .map(|m| (m.name.as_str(), m.state))
+            .collect();
+        if names.len() == 3 && names.iter().all(|(_, state)| *state != "learner") {
+            let mut sorted: Vec<&str> = names.iter().map(|(n, _)| *n).collect();
+            sorted.sort();
+            assert_eq!(sorted, NAMES);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the lost node never became a voter again: {names:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The old leader stops: the two others, one of them the new member, elect a leader.
+    drop(records);
+    cluster.stop(leader);
+    let next = cluster.leader();
+    let records = cluster.nodes[next].as_ref().unwrap().records();
+    write_sealed(&*records, "catalog", b"last").unwrap();
 }

@@ -11,11 +11,12 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bitfold_proto::ErrorKind;
-use bitfold_quorum::{Quorum, QuorumOptions};
+use bitfold_quorum::{Opening, Quorum, QuorumOptions};
+use tokio::sync::oneshot;
 
 use super::guard::Guarded;
 use super::links::Links;
@@ -39,9 +40,18 @@ pub(super) enum Serving {
 pub(super) struct Replicated {
     name: String,
     shared: Shared,
-    quorum: Arc<Quorum>,
+    /// Its Raft node, opening or running.
+    node: RefCell<Node>,
     /// The master serving while this one leads.
     current: RefCell<Option<Rc<Master>>>,
+}
+
+/// A master's Raft node as it starts.
+enum Node {
+    /// Its records are open; Raft does not run yet.
+    Opening(Arc<Opening>),
+    /// Raft runs.
+    Running(Arc<Quorum>),
 }
 
 impl Serving {
@@ -66,7 +76,8 @@ impl Serving {
         };
         if method == "query" {
             replicated
-                .quorum
+                .quorum()
+                .ok_or_else(|| replicated.not_leader())?
                 .ensure_current()
                 .await
                 .map_err(|e| Failure::new(ErrorKind::NotLeader, format!("not the leader: {e}")))?;
@@ -82,7 +93,13 @@ impl Serving {
                  no Raft messages"
                     .into(),
             ),
-            Serving::Replicated(replicated) => Ok(replicated.quorum.answer(message).await),
+            Serving::Replicated(replicated) => {
+                let node = match &*replicated.node.borrow() {
+                    Node::Opening(opening) => return Ok(opening.answer(message)),
+                    Node::Running(quorum) => quorum.clone(),
+                };
+                Ok(node.answer(message).await)
+            }
         }
     }
 
@@ -109,9 +126,17 @@ impl Serving {
 }
 
 impl Replicated {
+    /// Its Raft node, once Raft runs.
+    fn quorum(&self) -> Option<Arc<Quorum>> {
+        match &*self.node.borrow() {
+            Node::Opening(_) => None,
+            Node::Running(quorum) => Some(quorum.clone()),
+        }
+    }
+
     /// The `notLeader` failure: this master does not lead, and who does.
     fn not_leader(&self) -> Failure {
-        let who = match self.quorum.leader() {
+        let who = match self.quorum().and_then(|quorum| quorum.leader()) {
             Some((name, addr)) if name == self.name => {
                 format!("master {name} at {addr} has just been elected and is starting to serve")
             }
@@ -165,8 +190,10 @@ pub(super) async fn listen(
     Ok(())
 }
 
-/// Runs master `options.replication`'s name, one of several: its Raft
-/// node, and a master serving while it leads.
+/// Runs master `options.replication`'s name, one of several: opens its
+/// records, answers the other masters while Raft starts (which may wait
+/// for them: see `bitfold_quorum::Opening::start`), then serves as the
+/// master while it leads.
 pub(super) fn run_replicated(
     options: MasterOptions,
     on_ready: impl FnOnce(SocketAddr),
@@ -185,43 +212,101 @@ pub(super) fn run_replicated(
         .map(|m| (m.name.clone(), m.addr.clone()))
         .collect();
     let quorum = QuorumOptions::new(replication.name.clone(), masters, options.data_dir.clone());
-    let quorum = Arc::new(Quorum::open(quorum, Arc::new(links)).map_err(crate::Error::Config)?);
+    let opening = Arc::new(Opening::open(quorum).map_err(crate::Error::Config)?);
+    // The node is dropped here, once the runtime and every task holding it are gone.
+    let kept: Arc<Mutex<Option<Arc<Quorum>>>> = Arc::default();
     let served = net::block_on_local(async {
         let replicated = Rc::new(Replicated {
             name: replication.name.clone(),
             shared: Shared {
                 metrics: Rc::new(MasterMetrics::new()),
                 sent: net::Sent::default(),
-                quorum: Some(quorum.clone()),
+                quorum: None,
             },
-            quorum: quorum.clone(),
+            node: RefCell::new(Node::Opening(opening.clone())),
             current: RefCell::new(None),
         });
-        tokio::task::spawn_local(lead(replicated.clone(), options.clone()));
-        listen(&options, Serving::Replicated(replicated), on_ready, stop).await
+        let (failed, failure) = oneshot::channel();
+        let started = start_raft(opening, Arc::new(links));
+        let running = {
+            let replicated = replicated.clone();
+            let options = options.clone();
+            let kept = kept.clone();
+            async move {
+                match started.await {
+                    Ok(quorum) => {
+                        let quorum = Arc::new(quorum);
+                        *kept.lock().unwrap_or_else(PoisonError::into_inner) = Some(quorum.clone());
+                        *replicated.node.borrow_mut() = Node::Running(quorum);
+                        lead(replicated, options).await;
+                    }
+                    Err(e) => {
+                        let _ = failed.send(e);
+                    }
+                }
+            }
+        };
+        tokio::task::spawn_local(running);
+        let mut failure = std::pin::pin!(failure);
+        let stopped = async {
+            tokio::select! {
+                () = stop => None,
+                failed = &mut failure => failed.ok(),
+            }
+        };
+        let (tx, rx) = oneshot::channel();
+        let stop = async move {
+            let _ = tx.send(stopped.await);
+        };
+        listen(&options, Serving::Replicated(replicated), on_ready, stop).await?;
+        match rx.await {
+            Ok(Some(why)) => Err(crate::Error::Config(why)),
+            _ => Ok(()),
+        }
     });
-    // The runtime and every task holding the node are gone: Raft stops here.
-    drop(quorum);
+    drop(kept);
     served?
+}
+
+/// Starts Raft on a thread of its own (it may wait for the other masters),
+/// with `links` to them.
+async fn start_raft(opening: Arc<Opening>, links: Arc<Links>) -> Result<Quorum, String> {
+    let (started, start) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("raft-start".into())
+        .spawn(move || {
+            let _ = started.send(opening.start(links));
+        })
+        .map_err(|e| format!("cannot start Raft: {e}"))?;
+    start
+        .await
+        .unwrap_or_else(|_| Err("Raft's start stopped".into()))
 }
 
 /// Serves as the master while this one leads, again each time it leads.
 async fn lead(replicated: Rc<Replicated>, options: MasterOptions) {
     let name = &replicated.name;
+    let Some(quorum) = replicated.quorum() else {
+        return;
+    };
+    let shared = Shared {
+        quorum: Some(quorum.clone()),
+        ..replicated.shared.clone()
+    };
     loop {
-        replicated.quorum.leading().await;
+        quorum.leading().await;
         tracing::info!("master {name} leads: starting from the replicated records");
         let started = async {
-            let catalog = Catalog::with_directory(replicated.quorum.records())
-                .map_err(crate::Error::Catalog)?;
+            let catalog =
+                Catalog::with_directory(quorum.records()).map_err(crate::Error::Catalog)?;
             let on_disk = start::read(&catalog, &options.cluster).map_err(crate::Error::Config)?;
-            Master::start(options.clone(), catalog, on_disk, replicated.shared.clone()).await
+            Master::start(options.clone(), catalog, on_disk, shared.clone()).await
         };
         match started.await {
             Ok((master, tasks)) => {
                 *replicated.current.borrow_mut() = Some(master);
                 tracing::info!("master {name} serves as the leader");
-                replicated.quorum.deposed().await;
+                quorum.deposed().await;
                 replicated.current.borrow_mut().take();
                 drop(tasks);
                 tracing::warn!(
