@@ -3,6 +3,7 @@
 //! and the bytes its folds read and it sent since it started; and, over
 //! TLS, a warning for each certificate in use that expires soon.
 
+use std::io::Write;
 use std::time::{Duration, SystemTime};
 
 use bitfold_client::MasterState;
@@ -19,13 +20,15 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     let status = client.full_status()?;
     let slaves = &status.slaves;
     let now = SystemTime::now();
+    // Written, not printed: a reader that stops reading (`| head`) ends it quietly.
+    let mut out = std::io::stdout().lock();
     for master in &status.masters {
-        println!("{}", master_line(master));
+        writeln!(out, "{}", master_line(master))?;
     }
-    println!(
+    writeln!(out, 
         "{:<8} {:<22} {:<26} {:>10} {:>12} {:>14} {:>14}",
         "SLAVE", "ADDRESS", "STATE", "VECTORS", "BYTES", "READ", "SENT"
-    );
+    )?;
     for slave in slaves {
         let age = now.duration_since(slave.since).unwrap_or_default();
         let state = format!(
@@ -33,7 +36,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
             if slave.up { "up" } else { "down" },
             human_duration(age)
         );
-        println!(
+        writeln!(out, 
             "{:<8} {:<22} {:<26} {:>10} {:>12} {:>14} {:>14}",
             slave.name,
             slave.addr,
@@ -42,15 +45,15 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
             slave.bytes,
             slave.read_bytes,
             slave.sent_bytes
-        );
+        )?;
         if let Some(reason) = &slave.reason {
-            println!("         {reason}");
+            writeln!(out, "         {reason}")?;
         }
     }
     let up = slaves.iter().filter(|s| s.up).count();
-    println!("{up} of {} slaves up", slaves.len());
+    writeln!(out, "{up} of {} slaves up", slaves.len())?;
     let placed = client.placement()?;
-    println!(
+    writeln!(out, 
         "{} vectors: {} under-replicated, {} with no copy up, {} misplaced{}",
         placed.vectors,
         placed.under_replicated,
@@ -61,14 +64,14 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
         } else {
             ""
         }
-    );
+    )?;
     let own = tls.map(|tls| {
         let holder = format!("this client ({})", tls.cert().display());
         (holder, tls.identity().not_after)
     });
     for (holder, expires) in status.certificates().into_iter().chain(own) {
         if let Some(warning) = expiry_warning(&holder, expires, now) {
-            println!("{warning}");
+            writeln!(out, "{warning}")?;
         }
     }
     Ok(())
