@@ -305,7 +305,7 @@ async fn lead(replicated: Rc<Replicated>, options: MasterOptions) {
         match started.await {
             Ok((master, tasks)) => {
                 *replicated.current.borrow_mut() = Some(master);
-                tracing::info!("master {name} serves as the leader");
+                tracing::warn!("master {name} leads and serves");
                 quorum.deposed().await;
                 replicated.current.borrow_mut().take();
                 drop(tasks);
