@@ -573,6 +573,65 @@ class MasterRestartTest(OneSlaveTest):
             self.assertEqual(set(client.query("P:3", output="bitmap")), {1, 2, 3})
 
 
+class ThreeMastersTest(unittest.TestCase):
+    """Three masters replicating their records (docs/protocol.md §12), each
+    its own process: the leader is killed, and the client carries on with
+    the one elected next, every acknowledged write still there."""
+
+    def setUp(self):
+        self.servers = []
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.addCleanup(lambda: [server.stop() for server in self.servers])
+        tmp = Path(self.tmp.name)
+        slave = start(
+            ["slave", "--listen", "127.0.0.1:0", "--data-dir", str(tmp / "s0")],
+            "slave",
+            self.servers,
+            tmp / "s0.log",
+        )
+        first = free_ports(3)
+        self.addrs = [f"127.0.0.1:{first + i}" for i in range(3)]
+        masters = "".join(
+            f'\n[[masters]]\nname = "m{i}"\naddr = "{addr}"\n' for i, addr in enumerate(self.addrs)
+        )
+        cluster = tmp / "cluster.toml"
+        cluster.write_text(f'[[slaves]]\nname = "s0"\naddr = "{slave}"\n{masters}')
+        for i in range(3):
+            start(
+                ["master", "--cluster", str(cluster), "--name", f"m{i}"],
+                "master",
+                self.servers,
+                tmp / f"m{i}.log",
+            )
+        self.masters = ",".join(self.addrs)
+
+    def leader(self):
+        """The address of the master `bitfold status` says leads."""
+        for _ in range(100):
+            run = subprocess.run(
+                [str(BINARY), "status", "--master", self.masters],
+                capture_output=True,
+                text=True,
+            )
+            for line in run.stdout.splitlines():
+                words = line.split()
+                if words[:1] == ["master"] and words[3] == "leader":
+                    return words[2]
+            time.sleep(0.1)
+        self.fail(f"no master leads: {run.stdout}{run.stderr}")
+
+    def test_a_killed_leader_is_replaced_and_nothing_acknowledged_is_lost(self):
+        with bitfold_client.Client(self.masters) as client:
+            self.assertEqual(client.import_vectors({3: BitMap([1, 2, 3])}), 1)
+            leader = self.leader()
+            self.servers[1 + self.addrs.index(leader)].stop()
+            self.assertEqual(set(client.query("P:3", output="bitmap")), {1, 2, 3})
+            self.assertEqual(client.import_vectors({4: BitMap([7])}), 1)
+            self.assertEqual(client.query("R:3-4"), 4)
+            self.assertNotEqual(self.leader(), leader)
+
+
 NO_LEADER = "not the leader: no master leads now (an election is under way)"
 
 
