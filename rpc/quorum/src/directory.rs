@@ -11,6 +11,7 @@ use bitfold_engine::store::{AppendFile, Directory, FileBytes, FileWriter, StoreE
 use openraft::Raft;
 use tokio::sync::Notify;
 
+use crate::network::CHANGE_BYTES;
 use crate::{Change, Records};
 
 /// The records directory, replicated (see the module).
@@ -50,6 +51,23 @@ impl ReplicatedDirectory {
     /// Proposes `change` and waits, blocking this thread, until it is
     /// applied here or has failed; Raft runs on threads of its own.
     fn propose(&self, name: &str, change: Change) -> Result<(), StoreError> {
+        let size = match &change {
+            Change::Write { bytes, .. } | Change::WriteAt { bytes, .. } => bytes.len(),
+            Change::Delete { .. } | Change::Truncate { .. } => 0,
+        };
+        if size > CHANGE_BYTES {
+            // Refused before Raft sees it: an entry no message can carry
+            // would stop the log for good.
+            return Err(StoreError::Io {
+                action: "replicate",
+                path: self.local.path(name),
+                cause: io::Error::other(format!(
+                    "a record of {size} bytes is larger than the masters replicate ({} MiB): \
+                     write in smaller batches",
+                    CHANGE_BYTES >> 20
+                )),
+            });
+        }
         let (done, outcome) = mpsc::sync_channel(1);
         let raft = self.raft.clone();
         self.runtime.spawn(async move {

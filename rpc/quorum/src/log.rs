@@ -2,12 +2,19 @@
 //! sealed file `entry-<index>`, the vote and the last purged entry's id
 //! sealed files `vote` and `purged`. Every file is written whole and
 //! renamed into place, so a crash leaves each one old or new. Entries are
-//! read from disk when asked for; memory holds only their ids.
+//! read from disk when asked for; memory holds only their ids, and the
+//! entries not yet written.
+//!
+//! Entries are written, cut and purged by a thread of their own, in the
+//! order Raft asks, and Raft is told when appended entries are durable:
+//! writing a large entry never holds up the heartbeats and elections Raft
+//! runs meanwhile.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::io;
 use std::ops::RangeBounds;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 
 use bitfold_engine::store::{Directory, StoreError, read_sealed, write_sealed};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
@@ -16,6 +23,8 @@ use openraft::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use tokio::sync::oneshot;
 
 use crate::Records;
 
@@ -27,14 +36,31 @@ const ENTRY: &str = "entry-";
 #[derive(Clone)]
 pub struct LogStore {
     inner: Arc<Mutex<Inner>>,
+    /// The queue of the thread that writes the log.
+    writer: mpsc::Sender<Work>,
 }
 
 struct Inner {
     dir: Arc<dyn Directory>,
     /// The id of every entry held, by index.
     ids: BTreeMap<u64, LogId<u64>>,
+    /// The entries appended but not yet written, by index.
+    unwritten: BTreeMap<u64, Entry<Records>>,
     vote: Option<Vote<u64>>,
     purged: Option<LogId<u64>>,
+}
+
+/// What the writing thread does, in the order asked.
+enum Work {
+    /// Writes these entries, then tells Raft.
+    Append(Vec<Entry<Records>>, LogFlushed<Records>),
+    /// Records the last purged entry (if any), then deletes these entries,
+    /// in this order, durably.
+    Remove {
+        purged: Option<LogId<u64>>,
+        indexes: Vec<u64>,
+        done: oneshot::Sender<Result<(), String>>,
+    },
 }
 
 impl LogStore {
@@ -70,14 +96,35 @@ impl LogStore {
                 dir.path("").display()
             ));
         }
-        Ok(LogStore {
-            inner: Arc::new(Mutex::new(Inner {
-                dir,
-                ids,
-                vote,
-                purged,
-            })),
-        })
+        let inner = Arc::new(Mutex::new(Inner {
+            dir,
+            ids,
+            unwritten: BTreeMap::new(),
+            vote,
+            purged,
+        }));
+        let (writer, work) = mpsc::channel();
+        let writing = inner.clone();
+        std::thread::Builder::new()
+            .name("raft-log".into())
+            .spawn(move || write_all(&writing, &work))
+            .map_err(|e| format!("cannot start the thread that writes the Raft log: {e}"))?;
+        Ok(LogStore { inner, writer })
+    }
+
+    /// Hands `work` to the writing thread.
+    #[allow(
+        clippy::result_large_err,
+        reason = "openraft's error type, as its traits return it"
+    )]
+    fn queue(&self, work: Work) -> Result<(), StorageError<u64>> {
+        if self.writer.send(work).is_err() {
+            return Err(StorageIOError::write_logs(AnyError::error(
+                "the Raft log's writer stopped",
+            ))
+            .into());
+        }
+        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -151,8 +198,11 @@ impl RaftLogReader<Records> for LogStore {
         let inner = self.lock();
         let mut entries = Vec::new();
         for &index in inner.ids.range(range).map(|(i, _)| i) {
-            let entry = decode(&*inner.dir, &entry_name(index))
-                .map_err(|e| StorageIOError::read_log_at_index(index, AnyError::error(e)))?;
+            let entry = match inner.unwritten.get(&index) {
+                Some(entry) => entry.clone(),
+                None => decode(&*inner.dir, &entry_name(index))
+                    .map_err(|e| StorageIOError::read_log_at_index(index, AnyError::error(e)))?,
+            };
             entries.push(entry);
         }
         Ok(entries)
@@ -195,44 +245,119 @@ impl RaftLogStorage<Records> for LogStore {
         I: IntoIterator<Item = Entry<Records>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut inner = self.lock();
-        for entry in entries {
-            write(&*inner.dir, &entry_name(entry.log_id.index), &entry)
-                .map_err(|e| StorageIOError::write_log_entry(entry.log_id, e))?;
-            inner.ids.insert(entry.log_id.index, entry.log_id);
+        let entries: Vec<Entry<Records>> = entries.into_iter().collect();
+        {
+            let mut inner = self.lock();
+            for entry in &entries {
+                inner.ids.insert(entry.log_id.index, entry.log_id);
+                inner.unwritten.insert(entry.log_id.index, entry.clone());
+            }
         }
-        callback.log_io_completed(Ok(()));
-        Ok(())
+        self.queue(Work::Append(entries, callback))
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
-        let mut inner = self.lock();
-        let cut: Vec<u64> = inner.ids.range(log_id.index..).map(|(&i, _)| i).collect();
+        let cut: Vec<u64> = {
+            let mut inner = self.lock();
+            let cut: Vec<u64> = inner.ids.range(log_id.index..).map(|(&i, _)| i).collect();
+            for index in &cut {
+                inner.ids.remove(index);
+                inner.unwritten.remove(index);
+            }
+            cut
+        };
         // Last first: a crash leaves the log without a gap.
-        inner.remove(cut.into_iter().rev()).map_err(failed)
+        self.remove(None, cut.into_iter().rev().collect()).await
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
-        let mut inner = self.lock();
-        write(&*inner.dir, PURGED, &log_id).map_err(StorageIOError::write_logs)?;
-        inner.purged = Some(log_id);
-        let gone: Vec<u64> = inner.ids.range(..=log_id.index).map(|(&i, _)| i).collect();
+        let gone: Vec<u64> = {
+            let mut inner = self.lock();
+            inner.purged = Some(log_id);
+            let gone: Vec<u64> = inner.ids.range(..=log_id.index).map(|(&i, _)| i).collect();
+            for index in &gone {
+                inner.ids.remove(index);
+                inner.unwritten.remove(index);
+            }
+            gone
+        };
         // First first: a crash leaves the log without a gap.
-        inner.remove(gone.into_iter()).map_err(failed)
+        self.remove(Some(log_id), gone).await
     }
 }
 
-impl Inner {
-    /// Removes the entries `indexes`, in that order, durably.
-    fn remove(&mut self, indexes: impl Iterator<Item = u64>) -> Result<(), StoreError> {
-        for index in indexes {
-            self.dir.delete(&entry_name(index))?;
-            self.ids.remove(&index);
+impl LogStore {
+    /// Has the writing thread remove `indexes` (after recording `purged`)
+    /// once what it was asked before is done, and waits for it.
+    async fn remove(
+        &self,
+        purged: Option<LogId<u64>>,
+        indexes: Vec<u64>,
+    ) -> Result<(), StorageError<u64>> {
+        let (done, removed) = oneshot::channel();
+        self.queue(Work::Remove {
+            purged,
+            indexes,
+            done,
+        })?;
+        let outcome = removed
+            .await
+            .unwrap_or_else(|_| Err("the Raft log's writer stopped".into()));
+        outcome.map_err(|e| StorageIOError::write_logs(AnyError::error(e)).into())
+    }
+}
+
+/// The writing thread: does `work` in order until every [`LogStore`] is gone.
+fn write_all(inner: &Mutex<Inner>, work: &mpsc::Receiver<Work>) {
+    let dir = inner
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .dir
+        .clone();
+    while let Ok(next) = work.recv() {
+        match next {
+            Work::Append(entries, callback) => {
+                let mut written = Ok(());
+                for entry in &entries {
+                    written = write(&*dir, &entry_name(entry.log_id.index), entry);
+                    if written.is_err() {
+                        break;
+                    }
+                    let mut inner = inner.lock().unwrap_or_else(PoisonError::into_inner);
+                    // Unless cut and appended again meanwhile, it is on disk now.
+                    if inner.unwritten.get(&entry.log_id.index).map(|e| e.log_id)
+                        == Some(entry.log_id)
+                    {
+                        inner.unwritten.remove(&entry.log_id.index);
+                    }
+                }
+                callback.log_io_completed(written.map_err(io::Error::other));
+            }
+            Work::Remove {
+                purged,
+                indexes,
+                done,
+            } => {
+                let removed = (|| -> Result<(), String> {
+                    if let Some(purged) = purged {
+                        write(&*dir, PURGED, &purged).map_err(|e| e.to_string())?;
+                    }
+                    for index in indexes {
+                        match dir.delete(&entry_name(index)) {
+                            Err(e) if !is_missing(&e) => return Err(e.to_string()),
+                            _ => {}
+                        }
+                    }
+                    dir.sync().map_err(|e| e.to_string())
+                })();
+                let _ = done.send(removed);
+            }
         }
-        self.dir.sync()
     }
 }
 
-fn failed(e: StoreError) -> StorageError<u64> {
-    StorageIOError::write_logs(AnyError::error(e.to_string())).into()
+/// Whether a store error is a file that was not there (an entry cut
+/// before it was written).
+fn is_missing(e: &StoreError) -> bool {
+    matches!(e, StoreError::Io { cause, .. } if cause.kind() == io::ErrorKind::NotFound)
 }

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use openraft::AnyError;
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -91,14 +92,37 @@ pub(crate) struct Peer {
 
 type Failed<E = RaftError<u64>> = RPCError<u64, Member, E>;
 
+/// The most bytes of entries one message carries when it carries more than
+/// one entry; openraft then sends fewer at a time.
+const MESSAGE_BYTES: usize = 64 << 20;
+
+/// The largest change one entry may carry: a message between masters is
+/// one Cap'n Proto `Data`, under 512 MiB.
+pub const CHANGE_BYTES: usize = 256 << 20;
+
+fn encode<E: std::error::Error>(message: &Message) -> Result<Vec<u8>, Box<Failed<E>>> {
+    postcard::to_stdvec(message).map_err(|e| {
+        Box::new(Failed::Network(NetworkError::new(&AnyError::error(
+            e.to_string(),
+        ))))
+    })
+}
+
 impl Peer {
     async fn send<E: std::error::Error>(
         &self,
         message: &Message,
         option: &RPCOption,
     ) -> Result<Reply, Failed<E>> {
-        let bytes = postcard::to_stdvec(message)
-            .map_err(|e| Failed::Network(NetworkError::new(&AnyError::error(e.to_string()))))?;
+        self.send_bytes(encode(message).map_err(|e| *e)?, option)
+            .await
+    }
+
+    async fn send_bytes<E: std::error::Error>(
+        &self,
+        bytes: Vec<u8>,
+        option: &RPCOption,
+    ) -> Result<Reply, Failed<E>> {
         let answer = self
             .transport
             .send(&self.addr, bytes, option.hard_ttl())
@@ -145,10 +169,12 @@ impl RaftNetwork<Records> for Peer {
         rpc: AppendEntriesRequest<Records>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, Failed> {
-        match self
-            .send(&Message::Append(self.target, rpc), &option)
-            .await?
-        {
+        let entries = rpc.entries.len() as u64;
+        let bytes = encode(&Message::Append(self.target, rpc)).map_err(|e| *e)?;
+        if bytes.len() > MESSAGE_BYTES && entries > 1 {
+            return Err(PayloadTooLarge::new_entries_hint(entries / 2).into());
+        }
+        match self.send_bytes(bytes, &option).await? {
             Reply::Append(answer) => answer.map_err(|e| self.remote(e)),
             _ => Err(self.malformed("it answered another kind of message".into())),
         }

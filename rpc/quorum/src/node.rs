@@ -145,7 +145,7 @@ impl Opening {
     pub fn start(&self, transport: Arc<dyn Transport>) -> Result<Quorum, String> {
         let options = &self.options;
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
+            .worker_threads(2)
             .thread_name("raft")
             .enable_all()
             .build()
@@ -181,6 +181,7 @@ impl Opening {
             election_timeout_max: 2 * millis(options.election_timeout),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(options.snapshot_every),
             max_in_snapshot_log_to_keep: options.snapshot_every / 10,
+            max_payload_entries: 64,
             ..Config::default()
         }
         .validate()

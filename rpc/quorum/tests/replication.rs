@@ -45,6 +45,8 @@ impl Transport for InMemory {
 const NAMES: [&str; 3] = ["m0", "m1", "m2"];
 
 struct Cluster {
+    /// How long a write waits for a majority.
+    write_timeout: Duration,
     root: tempfile::TempDir,
     transport: Arc<InMemory>,
     nodes: Vec<Option<Arc<Quorum>>>,
@@ -52,7 +54,13 @@ struct Cluster {
 
 impl Cluster {
     fn new() -> Cluster {
+        Cluster::waiting(Duration::from_secs(60))
+    }
+
+    /// A cluster whose writes wait `write_timeout` for a majority.
+    fn waiting(write_timeout: Duration) -> Cluster {
         let mut cluster = Cluster {
+            write_timeout,
             root: tempfile::tempdir().unwrap(),
             transport: Arc::new(InMemory::default()),
             nodes: vec![None, None, None],
@@ -79,7 +87,7 @@ impl Cluster {
                 .collect();
             let mut options = QuorumOptions::new(NAMES[i].into(), masters, self.dir(i));
             options.snapshot_every = 20;
-            options.write_timeout = Duration::from_secs(3);
+            options.write_timeout = self.write_timeout;
             let opening = Arc::new(Opening::open(options).unwrap());
             self.transport.nodes.lock().unwrap().insert(
                 format!("addr-{}", NAMES[i]),
@@ -143,7 +151,7 @@ impl Cluster {
 
     /// Waits until node `i`'s records hold file `name` with `body`.
     fn wait_for(&self, i: usize, name: &str, body: &[u8]) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if read_copy(&self.dir(i), name).as_deref() == Some(body) {
                 return;
@@ -212,7 +220,7 @@ fn writes_reach_every_node_a_stopped_one_catches_up_and_a_new_leader_takes_over(
 
 #[test]
 fn a_write_without_a_majority_fails_and_changes_nothing_it_reports() {
-    let mut cluster = Cluster::new();
+    let mut cluster = Cluster::waiting(Duration::from_secs(3));
     let leader = cluster.leader();
     let records = cluster.nodes[leader].as_ref().unwrap().records();
     write_sealed(&*records, "ledger", b"one").unwrap();
@@ -268,4 +276,30 @@ fn a_node_whose_data_is_lost_joins_again_as_a_new_member_and_catches_up() {
     let next = cluster.leader();
     let records = cluster.nodes[next].as_ref().unwrap().records();
     write_sealed(&*records, "catalog", b"last").unwrap();
+}
+
+#[test]
+fn large_records_reach_a_follower_in_messages_it_can_take_and_too_large_ones_are_refused() {
+    let mut cluster = Cluster::new();
+    let leader = cluster.leader();
+    let records = cluster.nodes[leader].as_ref().unwrap().records();
+    let follower = (leader + 1) % 3;
+    cluster.stop(follower);
+    // 80 MiB of entries behind: more than one message carries.
+    let big = vec![7u8; 8 << 20];
+    for n in 0..10 {
+        write_sealed(&*records, &format!("journal-{n}"), &big).unwrap();
+    }
+    cluster.start(follower);
+    cluster.wait_for(follower, "journal-9", &big);
+
+    let too_large = vec![0u8; (256 << 20) + 1];
+    let err = write_sealed(&*records, "huge", &too_large).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("larger than the masters replicate"),
+        "{err}"
+    );
+    write_sealed(&*records, "after", b"ok").unwrap();
+    cluster.wait_for(follower, "after", b"ok");
 }

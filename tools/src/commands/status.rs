@@ -25,7 +25,8 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     for master in &status.masters {
         writeln!(out, "{}", master_line(master))?;
     }
-    writeln!(out, 
+    writeln!(
+        out,
         "{:<8} {:<22} {:<26} {:>10} {:>12} {:>14} {:>14}",
         "SLAVE", "ADDRESS", "STATE", "VECTORS", "BYTES", "READ", "SENT"
     )?;
@@ -36,7 +37,8 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
             if slave.up { "up" } else { "down" },
             human_duration(age)
         );
-        writeln!(out, 
+        writeln!(
+            out,
             "{:<8} {:<22} {:<26} {:>10} {:>12} {:>14} {:>14}",
             slave.name,
             slave.addr,
@@ -53,7 +55,8 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     let up = slaves.iter().filter(|s| s.up).count();
     writeln!(out, "{up} of {} slaves up", slaves.len())?;
     let placed = client.placement()?;
-    writeln!(out, 
+    writeln!(
+        out,
         "{} vectors: {} under-replicated, {} with no copy up, {} misplaced{}",
         placed.vectors,
         placed.under_replicated,
