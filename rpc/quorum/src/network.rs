@@ -65,6 +65,8 @@ pub(crate) enum Reply {
 /// Makes a [`Peer`] for each master Raft talks to.
 pub(crate) struct Network {
     pub(crate) transport: Arc<dyn Transport>,
+    /// The most bytes a message of several entries may take.
+    pub(crate) message_bytes: usize,
     /// Why each master could not be reached last (none once it answers).
     pub(crate) unreachable: Arc<Mutex<BTreeMap<u64, String>>>,
 }
@@ -78,6 +80,7 @@ impl RaftNetworkFactory<Records> for Network {
             addr: node.addr.clone(),
             transport: self.transport.clone(),
             unreachable: self.unreachable.clone(),
+            message_bytes: self.message_bytes,
         }
     }
 }
@@ -88,13 +91,10 @@ pub(crate) struct Peer {
     addr: String,
     transport: Arc<dyn Transport>,
     unreachable: Arc<Mutex<BTreeMap<u64, String>>>,
+    message_bytes: usize,
 }
 
 type Failed<E = RaftError<u64>> = RPCError<u64, Member, E>;
-
-/// The most bytes of entries one message carries when it carries more than
-/// one entry; openraft then sends fewer at a time.
-const MESSAGE_BYTES: usize = 64 << 20;
 
 /// The largest change one entry may carry: a message between masters is
 /// one Cap'n Proto `Data`, under 512 MiB.
@@ -171,7 +171,7 @@ impl RaftNetwork<Records> for Peer {
     ) -> Result<AppendEntriesResponse<u64>, Failed> {
         let entries = rpc.entries.len() as u64;
         let bytes = encode(&Message::Append(self.target, rpc)).map_err(|e| *e)?;
-        if bytes.len() > MESSAGE_BYTES && entries > 1 {
+        if bytes.len() > self.message_bytes && entries > 1 {
             return Err(PayloadTooLarge::new_entries_hint(entries / 2).into());
         }
         match self.send_bytes(bytes, &option).await? {

@@ -39,6 +39,9 @@ pub struct QuorumOptions {
     /// A snapshot of the records is taken every this many log entries,
     /// and the log before it dropped (default 1000).
     pub snapshot_every: u64,
+    /// The most bytes one message of several entries takes; more are sent
+    /// fewer at a time (default 64 MiB).
+    pub message_bytes: usize,
 }
 
 impl QuorumOptions {
@@ -52,6 +55,7 @@ impl QuorumOptions {
             election_timeout: Duration::from_millis(600),
             write_timeout: Duration::from_secs(10),
             snapshot_every: 1000,
+            message_bytes: 64 << 20,
         }
     }
 }
@@ -190,6 +194,7 @@ impl Opening {
         let network = Network {
             transport: transport.clone(),
             unreachable: unreachable.clone(),
+            message_bytes: options.message_bytes,
         };
         let raft = runtime
             .block_on(Raft::new(

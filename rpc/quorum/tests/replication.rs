@@ -87,6 +87,7 @@ impl Cluster {
                 .collect();
             let mut options = QuorumOptions::new(NAMES[i].into(), masters, self.dir(i));
             options.snapshot_every = 20;
+            options.message_bytes = 1 << 20;
             options.write_timeout = self.write_timeout;
             let opening = Arc::new(Opening::open(options).unwrap());
             self.transport.nodes.lock().unwrap().insert(
@@ -285,8 +286,8 @@ fn large_records_reach_a_follower_in_messages_it_can_take_and_too_large_ones_are
     let records = cluster.nodes[leader].as_ref().unwrap().records();
     let follower = (leader + 1) % 3;
     cluster.stop(follower);
-    // 80 MiB of entries behind: more than one message carries.
-    let big = vec![7u8; 8 << 20];
+    // 10 MiB of entries behind: more than one message carries.
+    let big = vec![7u8; 1 << 20];
     for n in 0..10 {
         write_sealed(&*records, &format!("journal-{n}"), &big).unwrap();
     }
