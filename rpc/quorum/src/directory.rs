@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use bitfold_engine::store::{AppendFile, Directory, FileBytes, FileWriter, StoreError};
 use openraft::Raft;
+use openraft::error::{ClientWriteError, RaftError};
 use tokio::sync::Notify;
 
 use crate::network::CHANGE_BYTES;
@@ -72,7 +73,16 @@ impl ReplicatedDirectory {
         let raft = self.raft.clone();
         self.runtime.spawn(async move {
             let written = raft.client_write(change).await;
-            let _ = done.send(written.map(|_| ()).map_err(|e| e.to_string()));
+            let _ = done.send(written.map(|_| ()).map_err(|e| {
+                match e {
+                    RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => {
+                        "this master lost the lead while recording it (another is being elected): \
+                     retry on the leader"
+                            .to_owned()
+                    }
+                    e => e.to_string(),
+                }
+            }));
         });
         let why = match outcome.recv_timeout(self.timeout) {
             Ok(Ok(())) => return Ok(()),
