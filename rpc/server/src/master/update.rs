@@ -139,6 +139,17 @@ impl Master {
             staged.into_iter().collect();
         if let Err(err) = persisted {
             self.records.withdraw(id, &Vec::from_iter(owners));
+            if self.quorum.is_some() {
+                // A record Raft did not confirm may be committed all the same.
+                return Err(Failure::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "unavailable: the masters did not confirm the write is recorded \
+                         ({err}); it may be, and is then completed by the next leader: read \
+                         its vectors to know, or write it again (a write may be repeated)"
+                    ),
+                ));
+            }
             return Err(Failure::internal(format!(
                 "nothing was changed: the master could not record the write: {err}"
             )));
