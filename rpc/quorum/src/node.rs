@@ -65,6 +65,8 @@ pub struct Quorum {
     records: Arc<dyn Directory>,
     machine: FileMachine,
     write_timeout: Duration,
+    /// How often the leader tells the others it leads.
+    heartbeat: Duration,
     /// Why each master Raft could not reach last failed (none once it answers).
     unreachable: Arc<Mutex<BTreeMap<u64, String>>>,
     /// Told when a write through [`Quorum::records`] failed: the master
@@ -167,6 +169,7 @@ impl Quorum {
             records,
             machine,
             write_timeout: options.write_timeout,
+            heartbeat: options.heartbeat,
             unreachable,
             failed: Arc::new(Notify::new()),
         })
@@ -231,6 +234,13 @@ impl Quorum {
             if self.raft.ensure_linearizable().await.is_ok() {
                 return;
             }
+            // No majority answered (they are down, or far): ask again after
+            // a heartbeat. At once, it would spin, dialling the masters
+            // that are down without a pause; each dial takes an ephemeral
+            // port, and one may be a down master's own port, which a dial
+            // to it then holds (TCP connects a port to itself), so that
+            // master could not start again on its address.
+            tokio::time::sleep(self.heartbeat).await;
         }
     }
 
