@@ -216,15 +216,25 @@ impl Quorum {
         metrics.state == ServerState::Leader && metrics.current_leader == Some(self.me)
     }
 
-    /// Waits until this master leads and has applied every entry committed
-    /// before it did: its records are then current.
+    /// Waits until this master leads and has applied every entry of its
+    /// log (so every entry committed before it led): its records are then
+    /// current, and nothing it proposed earlier can still change them. A
+    /// leader whose write timed out (its master stopped serving) keeps that
+    /// write's entry and commits it once a majority answers again: a master
+    /// started before then would serve from records without it, and the
+    /// entry would change them underneath (a pending write it never rolls
+    /// forward, though a later start does).
     pub async fn leading(&self) {
         let mut metrics = self.raft.metrics();
         loop {
             // The guard `wait_for` returns locks the metrics: dropped at once,
             // or Raft could not publish them again.
             let leads = metrics
-                .wait_for(|m| m.state == ServerState::Leader && m.current_leader == Some(self.me))
+                .wait_for(|m| {
+                    m.state == ServerState::Leader
+                        && m.current_leader == Some(self.me)
+                        && m.last_applied.as_ref().map(|l| l.index) >= m.last_log_index
+                })
                 .await
                 .is_ok();
             if !leads {
