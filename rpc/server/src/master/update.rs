@@ -139,9 +139,24 @@ impl Master {
             staged.into_iter().collect();
         if let Err(err) = persisted {
             self.records.withdraw(id, &Vec::from_iter(owners));
-            return Err(Failure::internal(format!(
-                "nothing was changed: the master could not record the write: {err}"
-            )));
+            // Among several masters, a record Raft did not commit in time
+            // stays in the leader's log and may be committed yet (then a
+            // master starting from the records rolls the write forward):
+            // its outcome is unknown, not "nothing was changed".
+            return Err(if self.quorum.is_some() {
+                Failure::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "unavailable: the write may or may not be applied: the masters did not \
+                         record it in time ({err}); read the vectors, or write them again once \
+                         a master leads"
+                    ),
+                )
+            } else {
+                Failure::internal(format!(
+                    "nothing was changed: the master could not record the write: {err}"
+                ))
+            });
         }
         if kind == Kind::Delete {
             self.records
