@@ -11,11 +11,11 @@
 //! short run of the test suite; `scripts/faults` drives long runs.
 
 mod direct;
-mod history;
-mod layout;
-mod model;
+pub(crate) mod history;
+pub(crate) mod layout;
+pub(crate) mod model;
 mod nemesis;
-mod workload;
+pub(crate) mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -128,10 +128,12 @@ fn run(seed: u64, length: Duration) -> Report {
     thread::scope(|scope| {
         // The clients stop when the nemesis does, even if it panics.
         let _stop = StopOnDrop(&stop);
-        scope.spawn(|| workload::writer(&addr, seed, &recorder, &stop));
+        scope.spawn(|| workload::writer(&workload::client(&addr), seed, &recorder, &stop));
         for who in ["reader0", "reader1"] {
             let (addr, recorder, stop) = (&addr, &recorder, &stop);
-            scope.spawn(move || workload::reader(addr, seed, who, recorder, stop));
+            scope.spawn(move || {
+                workload::reader(&workload::client(addr), seed, who, recorder, stop)
+            });
         }
         let deadline = Instant::now() + length;
         let nemesis_stop = &nemesis_stop;
@@ -197,16 +199,7 @@ fn run(seed: u64, length: Duration) -> Report {
     let ranges = verdict.wrong.iter().filter(|w| w.vids.len() > 1).count();
     let mut ranges_shown = 0;
     for wrong in &verdict.wrong {
-        let op = &ops[wrong.op];
-        let finding = format!(
-            "seed {seed}: WRONG ANSWER ({}) to {} (op #{}, vids {:?}): expected {}\n{}",
-            wrong.kind,
-            op.action.query(),
-            op.id,
-            wrong.vids,
-            wrong.allowed,
-            excerpt(&ops, &wrong.vids, op.id)
-        );
+        let finding = format!("seed {seed}: {}", wrong_answer(&ops, wrong));
         if wrong.vids.len() > 1 {
             ranges_shown += 1;
             if ranges_shown <= 2 {
@@ -286,7 +279,7 @@ fn save_logs(seed: u64, cluster: &Cluster) {
 }
 
 /// Sets its flag when dropped.
-struct StopOnDrop<'a>(&'a AtomicBool);
+pub(crate) struct StopOnDrop<'a>(pub(crate) &'a AtomicBool);
 
 impl Drop for StopOnDrop<'_> {
     fn drop(&mut self) {
@@ -423,6 +416,20 @@ fn check_copies(
         }
     }
     findings
+}
+
+/// A wrong answer, what it should have been, and the history of its vids.
+pub(crate) fn wrong_answer(ops: &[Op], wrong: &model::Wrong) -> String {
+    let op = &ops[wrong.op];
+    format!(
+        "WRONG ANSWER ({}) to {} (op #{}, vids {:?}): expected {}\n{}",
+        wrong.kind,
+        op.action.query(),
+        op.id,
+        wrong.vids,
+        wrong.allowed,
+        excerpt(ops, &wrong.vids, op.id)
+    )
 }
 
 /// The last 10 writes to `vids` before op `upto` ends, the point reads of

@@ -11,6 +11,7 @@ mod certs;
 mod cli;
 mod cluster;
 mod exactness;
+mod failover;
 mod failures;
 mod faults;
 mod index;

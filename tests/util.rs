@@ -181,6 +181,18 @@ pub fn free_port_block() -> u16 {
     panic!("no block of four free ports");
 }
 
+/// `count` ports free on 127.0.0.1 now, for servers whose addresses are
+/// written in a file before they start (masters listen on the address the
+/// cluster file gives them).
+pub fn free_ports(count: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("its address").port())
+        .collect()
+}
+
 /// A server process that is killed when dropped.
 pub struct Server {
     child: Child,
@@ -309,15 +321,22 @@ impl Drop for Server {
     }
 }
 
-/// A cluster of real processes: slaves and a master, in a temporary directory.
+/// A cluster of real processes: slaves and a master (or several masters,
+/// one of which leads: [`Cluster::start_replicated`]), in a temporary
+/// directory.
 pub struct Cluster {
     dir: tempfile::TempDir,
     /// Slave processes (None while killed); index i is slave `s{i}`.
     pub slaves: Vec<Option<Server>>,
     /// Slave addresses, fixed for the life of the cluster.
     pub slave_addrs: Vec<String>,
-    /// The master process (None while killed).
+    /// The master process (None while killed), when there is one master.
     pub master: Option<Server>,
+    /// With several masters (the cluster file's `[[masters]]`), their
+    /// processes (None while killed); index i is master `m{i}`.
+    pub masters: Vec<Option<Server>>,
+    /// Their addresses, fixed for the life of the cluster (empty with one master).
+    pub master_addrs: Vec<String>,
     extra_master_args: Vec<String>,
     /// The cluster file's lines that place vectors (`group = 1` unless
     /// started by [`Cluster::start_laid_out`]).
@@ -343,12 +362,53 @@ impl Cluster {
         master_args: &[&str],
         layout: &str,
     ) -> Cluster {
+        let mut cluster = Cluster::with_slaves(slaves, replicas, master_args, layout, Vec::new());
+        cluster.start_master("127.0.0.1:0");
+        cluster
+    }
+
+    /// Like [`Cluster::start_laid_out`], with `masters` masters whose
+    /// records Raft replicates: the cluster file lists them as
+    /// `[[masters]]` `m0`, `m1`, ... on free loopback ports, and each runs
+    /// as its own `bitfold master --cluster FILE --name mI` process (its
+    /// data in the default `master-data/mI` beside the file). They are
+    /// started, not waited on to elect a leader.
+    pub fn start_replicated(
+        slaves: usize,
+        replicas: usize,
+        masters: usize,
+        master_args: &[&str],
+        layout: &str,
+    ) -> Cluster {
+        let addrs = free_ports(masters)
+            .into_iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect();
+        let mut cluster = Cluster::with_slaves(slaves, replicas, master_args, layout, addrs);
+        for i in 0..masters {
+            let server = cluster.spawn_master(i).expect("a master starts");
+            cluster.masters.push(Some(server));
+        }
+        cluster
+    }
+
+    /// A cluster whose `slaves` slaves run, its cluster file written
+    /// (listing `master_addrs` as `[[masters]]`), no master started yet.
+    fn with_slaves(
+        slaves: usize,
+        replicas: usize,
+        master_args: &[&str],
+        layout: &str,
+        master_addrs: Vec<String>,
+    ) -> Cluster {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let mut cluster = Cluster {
             dir,
             slaves: Vec::new(),
             slave_addrs: Vec::new(),
             master: None,
+            masters: Vec::new(),
+            master_addrs,
             extra_master_args: master_args.iter().map(|s| s.to_string()).collect(),
             layout: layout.to_owned(),
         };
@@ -360,7 +420,6 @@ impl Cluster {
             cluster.slaves.push(Some(server));
         }
         cluster.write_cluster_file(slaves, replicas);
-        cluster.start_master("127.0.0.1:0");
         cluster
     }
 
@@ -372,6 +431,11 @@ impl Cluster {
         let mut toml = format!("replicas = {replicas}\n{}", self.layout);
         for (i, addr) in self.slave_addrs.iter().take(slaves).enumerate() {
             toml.push_str(&format!("[[slaves]]\nname = \"s{i}\"\naddr = \"{addr}\"\n"));
+        }
+        for (i, addr) in self.master_addrs.iter().enumerate() {
+            toml.push_str(&format!(
+                "[[masters]]\nname = \"m{i}\"\naddr = \"{addr}\"\n"
+            ));
         }
         std::fs::write(self.cluster_file(), toml).expect("the cluster file is written");
     }
@@ -435,13 +499,69 @@ impl Cluster {
         self.master = Some(Server::start("master", &args).expect("the master starts"));
     }
 
-    /// The master's address.
+    /// Starts master `m{i}` of the cluster file's `[[masters]]`.
+    fn spawn_master(&self, i: usize) -> Result<Server, String> {
+        let mut args = vec![
+            "master".to_string(),
+            "--cluster".into(),
+            self.cluster_file().display().to_string(),
+            "--name".into(),
+            format!("m{i}"),
+        ];
+        args.extend(self.extra_master_args.iter().cloned());
+        Server::start("master", &args)
+    }
+
+    /// The master's address; with several masters, all of them as a
+    /// client takes them (`a,b,c`).
     pub fn master_addr(&self) -> String {
+        if !self.master_addrs.is_empty() {
+            return self.master_addrs.join(",");
+        }
         self.master
             .as_ref()
             .expect("the master is running")
             .addr
             .clone()
+    }
+
+    /// SIGKILLs master `m{i}` of several.
+    pub fn kill_master_at(&mut self, i: usize) {
+        if let Some(mut server) = self.masters[i].take() {
+            server.kill();
+        }
+    }
+
+    /// Starts master `m{i}` of several again, on its address and data directory.
+    pub fn restart_master_at(&mut self, i: usize) {
+        self.kill_master_at(i);
+        self.masters[i] = Some(self.spawn_master(i).expect("the master starts again"));
+    }
+
+    /// Which of several masters leads and serves, as the one that answers
+    /// `status` says; waits for one for up to `patience`.
+    pub fn leader(&self, patience: Duration) -> Result<usize, String> {
+        let mut client = Client::connect(&self.master_addr()).map_err(|e| e.to_string())?;
+        // A paused master takes connections but never answers: move on.
+        client.set_timeout(Duration::from_secs(2));
+        let deadline = Instant::now() + patience;
+        loop {
+            let status = client.full_status().map_err(|e| e.to_string());
+            let leading = status.as_ref().ok().and_then(|s| {
+                let name = &s.masters.iter().find(|m| m.state == "leader")?.name;
+                name.strip_prefix('m')?.parse().ok()
+            });
+            match leading {
+                Some(i) => return Ok(i),
+                None if Instant::now() >= deadline => {
+                    return Err(format!(
+                        "no master led within {} s: {status:?}",
+                        patience.as_secs()
+                    ));
+                }
+                None => thread::sleep(Duration::from_millis(50)),
+            }
+        }
     }
 
     /// A client connected to the master.

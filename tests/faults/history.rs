@@ -254,12 +254,14 @@ impl Recorder {
 /// recorded but not yet complete" is in the master's journal and rolled
 /// forward; any other error, a lost connection or a timeout (the master may
 /// have been killed during it) is [`Outcome::Unknown`]. A refused
-/// connection means the request was never sent.
+/// connection means the request was never sent; a master that answers
+/// `notLeader` has done nothing (docs/protocol.md §5), which a client given
+/// only that master sees.
 pub fn write_outcome(err: &Error) -> Outcome {
     let text = err.to_string();
     match err {
         Error::Query {
-            kind: ErrorKind::BadQuery,
+            kind: ErrorKind::BadQuery | ErrorKind::NotLeader,
             ..
         } => Outcome::Refused(text),
         Error::Query {

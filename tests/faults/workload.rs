@@ -25,7 +25,8 @@ const DELETED: u64 = 16;
 /// (the master waits up to 30 s for an owner that is up).
 const CALL_TIMEOUT: Duration = Duration::from_secs(40);
 
-fn client(addr: &str) -> Client {
+/// A client of the master(s) at `addr` that waits [`CALL_TIMEOUT`].
+pub fn client(addr: &str) -> Client {
     let mut client = Client::connect(addr).expect("the master accepts a client");
     client.set_timeout(CALL_TIMEOUT);
     client
@@ -48,6 +49,7 @@ fn some_vids(rng: &mut Rng, k: u64) -> Vec<u64> {
     vids
 }
 
+/// Each `(vid, mask)` as the vector `layout` writes it.
 fn vectors(masks: &[(u64, u64)], layout: Layout) -> Vec<(u64, VectorBuf)> {
     masks
         .iter()
@@ -61,11 +63,38 @@ fn vectors(masks: &[(u64, u64)], layout: Layout) -> Vec<(u64, VectorBuf)> {
         .collect()
 }
 
-/// The writer: one write at a time until `stop`.
-pub fn writer(addr: &str, seed: u64, recorder: &Recorder, stop: &AtomicBool) {
+/// Does `action` (an import or a clear of each `(vid, mask)`) through
+/// `client` and records it as `who`'s.
+pub fn write(
+    client: &Client,
+    recorder: &Recorder,
+    who: &'static str,
+    action: Action,
+    layout: Layout,
+) -> Outcome {
+    let (Action::Import(masks) | Action::Clear(masks)) = &action else {
+        panic!("not an import or a clear: {action:?}")
+    };
+    let vectors = vectors(masks, layout);
+    let import = matches!(action, Action::Import(_));
+    recorder.record(who, action, || {
+        let parts: Vec<_> = vectors.iter().map(|(v, b)| (*v, b.as_part())).collect();
+        let done = if import {
+            client.import(&parts)
+        } else {
+            client.clear(&parts).map(|_| ())
+        };
+        match done {
+            Ok(()) => Outcome::Done,
+            Err(e) => write_outcome(&e),
+        }
+    })
+}
+
+/// The writer: one write at a time through `client` until `stop`.
+pub fn writer(client: &Client, seed: u64, recorder: &Recorder, stop: &AtomicBool) {
     let mut rng = Rng(seed ^ 0x7772_6974_6572_0000);
     let layout = Layout::of(seed);
-    let client = client(addr);
     while !stop.load(Ordering::Acquire) {
         let pick = rng.below(100);
         let outcome = if pick < 50 {
@@ -77,28 +106,14 @@ pub fn writer(addr: &str, seed: u64, recorder: &Recorder, stop: &AtomicBool) {
                     (v, random_bits(&mut rng, n))
                 })
                 .collect();
-            let vectors = vectors(&masks, layout);
-            recorder.record("writer", Action::Import(masks), || {
-                let parts: Vec<_> = vectors.iter().map(|(v, b)| (*v, b.as_part())).collect();
-                match client.import(&parts) {
-                    Ok(()) => Outcome::Done,
-                    Err(e) => write_outcome(&e),
-                }
-            })
+            write(client, recorder, "writer", Action::Import(masks), layout)
         } else if pick < 75 {
             let k = 1 + rng.below(2);
             let masks: Vec<(u64, u64)> = some_vids(&mut rng, k)
                 .into_iter()
                 .map(|v| (v, rng.next_u64() & rng.next_u64()))
                 .collect();
-            let vectors = vectors(&masks, layout);
-            recorder.record("writer", Action::Clear(masks), || {
-                let parts: Vec<_> = vectors.iter().map(|(v, b)| (*v, b.as_part())).collect();
-                match client.clear(&parts) {
-                    Ok(_) => Outcome::Done,
-                    Err(e) => write_outcome(&e),
-                }
-            })
+            write(client, recorder, "writer", Action::Clear(masks), layout)
         } else if pick < 99 {
             let spans: Vec<(u64, u64)> = (0..1 + rng.below(2))
                 .map(|_| {
@@ -116,7 +131,7 @@ pub fn writer(addr: &str, seed: u64, recorder: &Recorder, stop: &AtomicBool) {
             recorder.record(
                 "writer",
                 Action::Rebalance,
-                || match super::nemesis::rebalance(&client) {
+                || match super::nemesis::rebalance(client) {
                     Ok(()) => Outcome::Done,
                     Err(e) => Outcome::Failed(e),
                 },
@@ -132,12 +147,18 @@ pub fn writer(addr: &str, seed: u64, recorder: &Recorder, stop: &AtomicBool) {
     }
 }
 
-/// A reader: `P:` and `R:` queries in the roaring form until `stop`.
-pub fn reader(addr: &str, seed: u64, who: &'static str, recorder: &Recorder, stop: &AtomicBool) {
+/// A reader: `P:` and `R:` queries in the roaring form through `client`
+/// until `stop`.
+pub fn reader(
+    client: &Client,
+    seed: u64,
+    who: &'static str,
+    recorder: &Recorder,
+    stop: &AtomicBool,
+) {
     let stream = who.bytes().fold(0u64, |h, b| h << 8 | b as u64);
     let mut rng = Rng(seed ^ stream);
     let layout = Layout::of(seed);
-    let client = client(addr);
     while !stop.load(Ordering::Acquire) {
         let action = if rng.below(100) < 55 {
             Action::Point(rng.below(VIDS))
@@ -154,7 +175,7 @@ pub fn reader(addr: &str, seed: u64, who: &'static str, recorder: &Recorder, sto
                 .collect();
             Action::Range(terms)
         };
-        read(&client, recorder, who, action, layout);
+        read(client, recorder, who, action, layout);
         thread::sleep(Duration::from_millis(1 + rng.below(6)));
     }
 }

@@ -68,6 +68,8 @@ pub struct Quorum {
     records: Arc<dyn Directory>,
     machine: FileMachine,
     write_timeout: Duration,
+    /// How often the leader tells the others it leads.
+    heartbeat: Duration,
     /// Why each master Raft could not reach last failed (none once it answers).
     unreachable: Arc<Mutex<BTreeMap<u64, String>>>,
     /// Told when a write through [`Quorum::records`] failed: the master
@@ -257,6 +259,7 @@ impl Opening {
             records: self.records.clone(),
             machine: self.machine.clone(),
             write_timeout: options.write_timeout,
+            heartbeat: options.heartbeat,
             unreachable,
             failed: Arc::new(Notify::new()),
         })
@@ -384,15 +387,25 @@ impl Quorum {
         metrics.state == ServerState::Leader && metrics.current_leader == Some(self.me)
     }
 
-    /// Waits until this master leads and has applied every entry committed
-    /// before it did: its records are then current.
+    /// Waits until this master leads and has applied every entry of its
+    /// log (so every entry committed before it led): its records are then
+    /// current, and nothing it proposed earlier can still change them. A
+    /// leader whose write timed out (its master stopped serving) keeps that
+    /// write's entry and commits it once a majority answers again: a master
+    /// started before then would serve from records without it, and the
+    /// entry would change them underneath (a pending write it never rolls
+    /// forward, though a later start does).
     pub async fn leading(&self) {
         let mut metrics = self.raft.metrics();
         loop {
             // The guard `wait_for` returns locks the metrics: dropped at once,
             // or Raft could not publish them again.
             let leads = metrics
-                .wait_for(|m| m.state == ServerState::Leader && m.current_leader == Some(self.me))
+                .wait_for(|m| {
+                    m.state == ServerState::Leader
+                        && m.current_leader == Some(self.me)
+                        && m.last_applied.as_ref().map(|l| l.index) >= m.last_log_index
+                })
                 .await
                 .is_ok();
             if !leads {
@@ -402,6 +415,13 @@ impl Quorum {
             if self.raft.ensure_linearizable().await.is_ok() {
                 return;
             }
+            // No majority answered (they are down, or far): ask again after
+            // a heartbeat. At once, it would spin, dialling the masters
+            // that are down without a pause; each dial takes an ephemeral
+            // port, and one may be a down master's own port, which a dial
+            // to it then holds (TCP connects a port to itself), so that
+            // master could not start again on its address.
+            tokio::time::sleep(self.heartbeat).await;
         }
     }
 

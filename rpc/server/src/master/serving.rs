@@ -4,8 +4,9 @@
 //! records as a restarted master would (rolling forward what a write left
 //! half done), and stops when it no longer leads or a write of its records
 //! fails; until then, and afterwards, every call is answered `notLeader`,
-//! naming the leader when it knows one. A query is answered only once the
-//! leader has proven, by a majority's answer, that it still leads.
+//! naming the leader when it knows one. A query or a write is answered
+//! only once the leader has proven, by a majority's answer, that it still
+//! leads.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -27,6 +28,14 @@ use crate::bitfold_capnp::master;
 use crate::catalog::Catalog;
 use crate::metrics::{self, MasterMetrics};
 use crate::net;
+
+/// The methods a leader answers only once a majority of masters has just
+/// answered it: a query (so that it is current) and a write (so that a
+/// leader cut off from the others refuses it at once as `notLeader`,
+/// rather than after Raft's write timeout with an outcome it cannot know).
+/// `status` and `placement` are answered as this master sees things, so
+/// that `status` shows which masters are down even then.
+const PROVEN: [&str; 5] = ["query", "import", "clear", "delete", "rebalance"];
 
 /// The master a connection's calls go to.
 pub(super) enum Serving {
@@ -64,7 +73,8 @@ impl Serving {
     }
 
     /// The master that answers `method` now, or why none does here; a
-    /// query is answered only by a leader that has proven it still leads.
+    /// query or a write is answered only by a leader that has proven it
+    /// still leads ([`PROVEN`]).
     pub(super) async fn master(&self, method: &str) -> Result<Rc<Master>, Failure> {
         let replicated = match self {
             Serving::One(master) => return Ok(master.clone()),
@@ -74,13 +84,14 @@ impl Serving {
         let Some(master) = current else {
             return Err(replicated.not_leader());
         };
-        if method == "query" {
-            replicated
-                .quorum()
-                .ok_or_else(|| replicated.not_leader())?
-                .ensure_current()
-                .await
-                .map_err(|e| Failure::new(ErrorKind::NotLeader, format!("not the leader: {e}")))?;
+        if PROVEN.contains(&method) {
+            let proven = match replicated.quorum() {
+                Some(quorum) => quorum.ensure_current().await.is_ok(),
+                None => false,
+            };
+            if !proven {
+                return Err(replicated.unproven());
+            }
         }
         Ok(master)
     }
@@ -132,6 +143,38 @@ impl Replicated {
             Node::Opening(_) => None,
             Node::Running(quorum) => Some(quorum.clone()),
         }
+    }
+
+    /// The `notLeader` failure of a leader that could not prove it still
+    /// leads: another leads now, or no majority of masters answered it
+    /// (those it cannot reach named).
+    fn unproven(&self) -> Failure {
+        let Some(quorum) = self.quorum() else {
+            return self.not_leader();
+        };
+        if quorum.leader().is_some_and(|(name, _)| name != self.name) {
+            return self.not_leader();
+        }
+        let down: Vec<String> = quorum
+            .standing()
+            .masters
+            .into_iter()
+            .filter(|m| m.state == "down")
+            .map(|m| format!("{} at {}: {}", m.name, m.addr, m.reason))
+            .collect();
+        let why = if down.is_empty() {
+            String::new()
+        } else {
+            format!(" (down: {})", down.join("; "))
+        };
+        Failure::new(
+            ErrorKind::NotLeader,
+            format!(
+                "not the leader: master {} cannot prove it still leads: no majority of the \
+                 masters answered it{why}",
+                self.name
+            ),
+        )
     }
 
     /// The `notLeader` failure: this master does not lead, and who does.
