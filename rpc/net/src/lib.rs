@@ -102,6 +102,15 @@ async fn open(addr: &str) -> std::io::Result<TcpStream> {
         };
         unpaced_on_loopback(&socket2::SockRef::from(&socket), target.ip());
         match socket.connect(target).await {
+            // A dial to a loopback port nobody listens on, from that very
+            // port, connects the socket to itself (TCP's simultaneous open),
+            // and holds the port its server would start on again.
+            Ok(stream) if stream.local_addr().ok() == Some(target) => {
+                last = Some(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionRefused,
+                    "nothing listens there (the connection reached itself)",
+                ));
+            }
             Ok(stream) => return Ok(stream),
             Err(err) => last = Some(err),
         }
