@@ -316,8 +316,14 @@ pub struct Cluster {
     pub slaves: Vec<Option<Server>>,
     /// Slave addresses, fixed for the life of the cluster.
     pub slave_addrs: Vec<String>,
-    /// The master process (None while killed).
+    /// The master process (None while killed), when there is one master.
     pub master: Option<Server>,
+    /// With several masters (the cluster file's `[[masters]]`, started by
+    /// [`Cluster::start_replicated`]): master `m{i}`'s process (None while
+    /// killed), else empty.
+    pub masters: Vec<Option<Server>>,
+    /// Their addresses, fixed for the life of the cluster.
+    pub master_addrs: Vec<String>,
     extra_master_args: Vec<String>,
     /// The cluster file's lines that place vectors (`group = 1` unless
     /// started by [`Cluster::start_laid_out`]).
@@ -343,12 +349,53 @@ impl Cluster {
         master_args: &[&str],
         layout: &str,
     ) -> Cluster {
+        let mut cluster = Cluster::start_slaves(slaves, master_args, layout);
+        cluster.write_cluster_file(slaves, replicas);
+        cluster.start_master("127.0.0.1:0");
+        cluster
+    }
+
+    /// Like [`Cluster::start_laid_out`] with `masters` masters (3 or 5)
+    /// whose records Raft replicates (docs/protocol.md §12): the cluster
+    /// file lists them as `[[masters]]` `m0`, `m1`, ... on free loopback
+    /// ports, and each runs as its own process (`bitfold master --cluster
+    /// FILE --name m{i}`, its data directory `master-data/m{i}`).
+    pub fn start_replicated(
+        slaves: usize,
+        replicas: usize,
+        master_args: &[&str],
+        layout: &str,
+        masters: usize,
+    ) -> Cluster {
+        let mut cluster = Cluster::start_slaves(slaves, master_args, layout);
+        // Held together, so that the ports differ; freed just before the
+        // masters bind them.
+        let listeners: Vec<std::net::TcpListener> = (0..masters)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
+            .collect();
+        cluster.master_addrs = listeners
+            .iter()
+            .map(|l| l.local_addr().expect("its address").to_string())
+            .collect();
+        drop(listeners);
+        cluster.write_cluster_file(slaves, replicas);
+        for i in 0..masters {
+            let server = cluster.spawn_replicated_master(i).expect("a master starts");
+            cluster.masters.push(Some(server));
+        }
+        cluster
+    }
+
+    /// The slaves of a new cluster, in a new temporary directory; no master yet.
+    fn start_slaves(slaves: usize, master_args: &[&str], layout: &str) -> Cluster {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let mut cluster = Cluster {
             dir,
             slaves: Vec::new(),
             slave_addrs: Vec::new(),
             master: None,
+            masters: Vec::new(),
+            master_addrs: Vec::new(),
             extra_master_args: master_args.iter().map(|s| s.to_string()).collect(),
             layout: layout.to_owned(),
         };
@@ -359,8 +406,6 @@ impl Cluster {
             cluster.slave_addrs.push(server.addr.clone());
             cluster.slaves.push(Some(server));
         }
-        cluster.write_cluster_file(slaves, replicas);
-        cluster.start_master("127.0.0.1:0");
         cluster
     }
 
@@ -370,6 +415,11 @@ impl Cluster {
     /// with another layout), they spread over every slave.
     pub fn write_cluster_file(&self, slaves: usize, replicas: usize) {
         let mut toml = format!("replicas = {replicas}\n{}", self.layout);
+        for (i, addr) in self.master_addrs.iter().enumerate() {
+            toml.push_str(&format!(
+                "[[masters]]\nname = \"m{i}\"\naddr = \"{addr}\"\n"
+            ));
+        }
         for (i, addr) in self.slave_addrs.iter().take(slaves).enumerate() {
             toml.push_str(&format!("[[slaves]]\nname = \"s{i}\"\naddr = \"{addr}\"\n"));
         }
@@ -435,8 +485,32 @@ impl Cluster {
         self.master = Some(Server::start("master", &args).expect("the master starts"));
     }
 
-    /// The master's address.
+    /// The data directory of master `m{i}`, one of several: the default,
+    /// `master-data/m{i}` beside the cluster file.
+    pub fn master_dir(&self, i: usize) -> PathBuf {
+        self.dir().join("master-data").join(format!("m{i}"))
+    }
+
+    /// Starts master `m{i}` of the cluster file's `[[masters]]`, at its
+    /// address, with its data directory (whatever is left of it).
+    pub fn spawn_replicated_master(&self, i: usize) -> Result<Server, String> {
+        let mut args = vec![
+            "master".to_string(),
+            "--cluster".into(),
+            self.cluster_file().display().to_string(),
+            "--name".into(),
+            format!("m{i}"),
+        ];
+        args.extend(self.extra_master_args.iter().cloned());
+        Server::start("master", &args)
+    }
+
+    /// The master's address; with several masters, every one, separated
+    /// by commas, as clients are given them.
     pub fn master_addr(&self) -> String {
+        if !self.master_addrs.is_empty() {
+            return self.master_addrs.join(",");
+        }
         self.master
             .as_ref()
             .expect("the master is running")
