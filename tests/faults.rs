@@ -9,6 +9,12 @@
 //! of the threads is the machine's). `BITFOLD_FAULT_SEEDS` (comma-separated)
 //! and `BITFOLD_FAULT_SECONDS` (per seed) override the fixed seeds and the
 //! short run of the test suite; `scripts/faults` drives long runs.
+//!
+//! The cluster has one master, or (the second test) three whose records
+//! Raft replicates (docs/protocol.md §12): then the nemesis also kills,
+//! stops and wipes masters, the leader or a follower, one at a time, and
+//! every client is given all three (each in another order, so that some
+//! calls go to a follower first and are sent on to the leader).
 
 mod direct;
 pub(crate) mod history;
@@ -32,6 +38,13 @@ use layout::Layout;
 const SUITE_SEEDS: &[u64] = &[1, 2, 3];
 /// Seconds of faults per seed in the test suite's run.
 const SUITE_SECONDS: f64 = 14.0;
+/// The seeds of the test suite's run with three masters: one of each
+/// layout ([`Layout::of`]).
+const REPLICATED_SEEDS: &[u64] = &[4, 5, 6];
+/// Seconds of faults per seed in the test suite's run with three masters.
+const REPLICATED_SECONDS: f64 = 7.0;
+/// Masters of the replicated run.
+const MASTERS: usize = 3;
 const SLAVES: usize = 4;
 const REPLICAS: usize = 2;
 /// How long the cluster may take to be whole again after the faults, at
@@ -53,6 +66,19 @@ struct Report {
 
 #[test]
 fn random_faults_never_give_a_wrong_answer() {
+    run_seeds(1, SUITE_SEEDS, SUITE_SECONDS);
+}
+
+/// The same with three masters, faults on them too.
+#[test]
+fn random_faults_with_three_masters_never_give_a_wrong_answer() {
+    run_seeds(MASTERS, REPLICATED_SEEDS, REPLICATED_SECONDS);
+}
+
+/// Runs the seeds (`BITFOLD_FAULT_SEEDS`, else `suite_seeds`) for
+/// `BITFOLD_FAULT_SECONDS` (else `suite_seconds`) each, on a cluster with
+/// `masters` masters; fails naming every seed with findings.
+fn run_seeds(masters: usize, suite_seeds: &[u64], suite_seconds: f64) {
     let seeds: Vec<u64> = match std::env::var("BITFOLD_FAULT_SEEDS") {
         Ok(list) => list
             .split(',')
@@ -62,20 +88,20 @@ fn random_faults_never_give_a_wrong_answer() {
                     .expect("BITFOLD_FAULT_SEEDS: u64s, comma-separated")
             })
             .collect(),
-        Err(_) => SUITE_SEEDS.to_vec(),
+        Err(_) => suite_seeds.to_vec(),
     };
     let seconds: f64 = std::env::var("BITFOLD_FAULT_SECONDS")
         .map(|s| {
             s.parse()
                 .expect("BITFOLD_FAULT_SECONDS: a number of seconds")
         })
-        .unwrap_or(SUITE_SECONDS);
+        .unwrap_or(suite_seconds);
     let mut failed = Vec::new();
     let mut wrong = 0;
     for &seed in &seeds {
         let layout = Layout::of(seed).toml().replace('\n', " ");
-        println!("faults | seed {seed} | {layout}| {seconds} s of faults");
-        let report = run(seed, Duration::from_secs_f64(seconds));
+        println!("faults | seed {seed} | masters {masters} | {layout}| {seconds} s of faults");
+        let report = run(seed, masters, Duration::from_secs_f64(seconds));
         println!("{}", report.tally);
         for finding in &report.shown {
             println!("{finding}\n");
@@ -86,7 +112,7 @@ fn random_faults_never_give_a_wrong_answer() {
         }
     }
     println!(
-        "faults summary | seeds {} | failing seeds {} {:?} | wrong answers {wrong} | findings {}",
+        "faults summary | masters {masters} | seeds {} | failing seeds {} {:?} | wrong answers {wrong} | findings {}",
         seeds.len(),
         failed.len(),
         failed.iter().map(|r| r.seed).collect::<Vec<_>>(),
@@ -115,12 +141,23 @@ fn random_faults_never_give_a_wrong_answer() {
     );
 }
 
-/// One seed: the run under faults, healing, the final reads, the check.
-fn run(seed: u64, length: Duration) -> Report {
+/// One seed, on a cluster of `masters` masters: the run under faults,
+/// healing, the final reads, the check.
+fn run(seed: u64, masters: usize, length: Duration) -> Report {
     let layout = Layout::of(seed);
-    let mut cluster =
-        Cluster::start_laid_out(SLAVES, REPLICAS, nemesis::MASTER_ARGS, &layout.toml());
-    let addr = cluster.master_addr();
+    let mut cluster = if masters == 1 {
+        Cluster::start_laid_out(SLAVES, REPLICAS, nemesis::MASTER_ARGS, &layout.toml())
+    } else {
+        Cluster::start_replicated(
+            SLAVES,
+            REPLICAS,
+            masters,
+            nemesis::MASTER_ARGS,
+            &layout.toml(),
+        )
+    };
+    // Each client is given the masters starting at another one.
+    let addrs: Vec<String> = (0..3).map(|k| rotated(&cluster, k)).collect();
     let recorder = Recorder::new();
     let stop = AtomicBool::new(false);
     let nemesis_stop = AtomicBool::new(false);
@@ -128,9 +165,9 @@ fn run(seed: u64, length: Duration) -> Report {
     thread::scope(|scope| {
         // The clients stop when the nemesis does, even if it panics.
         let _stop = StopOnDrop(&stop);
-        scope.spawn(|| workload::writer(&workload::client(&addr), seed, &recorder, &stop));
-        for who in ["reader0", "reader1"] {
-            let (addr, recorder, stop) = (&addr, &recorder, &stop);
+        scope.spawn(|| workload::writer(&workload::client(&addrs[0]), seed, &recorder, &stop));
+        for (k, who) in ["reader0", "reader1"].into_iter().enumerate() {
+            let (addr, recorder, stop) = (&addrs[k + 1], &recorder, &stop);
             scope.spawn(move || {
                 workload::reader(&workload::client(addr), seed, who, recorder, stop)
             });
@@ -252,15 +289,39 @@ fn run(seed: u64, length: Duration) -> Report {
     }
 }
 
+/// The masters' addresses as a client is given them: with several, the
+/// list starting at the `k`th (modulo their number).
+fn rotated(cluster: &Cluster, k: usize) -> String {
+    let addrs = &cluster.master_addrs;
+    if addrs.is_empty() {
+        return cluster.master_addr();
+    }
+    let k = k % addrs.len();
+    addrs[k..]
+        .iter()
+        .chain(&addrs[..k])
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Writes what the running processes logged into `target/faults/`, one
-/// file each (`seed-N-master.log`, `seed-N-s0.log`, ...), for a seed with
-/// findings.
+/// file each (`seed-N-master.log` or `seed-N-m0.log`..., `seed-N-s0.log`,
+/// ...), for a seed with findings. (A process restarted during the run
+/// logged only since.)
 fn save_logs(seed: u64, cluster: &Cluster) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/faults");
     if std::fs::create_dir_all(&dir).is_err() {
         return;
     }
     let mut logs = vec![("master".to_string(), cluster.master.as_ref())];
+    logs.extend(
+        cluster
+            .masters
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (format!("m{i}"), m.as_ref())),
+    );
     logs.extend(
         cluster
             .slaves
@@ -288,7 +349,8 @@ impl Drop for StopOnDrop<'_> {
 }
 
 /// Waits until the master says every slave is up, no vector lacks a copy
-/// or is lost, and no move is in progress, within `patience`. The cluster
+/// or is lost, and no move is in progress (and, with several masters, that
+/// every one votes and one leads), within `patience`. The cluster
 /// must get there by itself (re-replication is automatic, docs/protocol.md
 /// §9): `rebalance` is run only for a slave still down after 3 s (one
 /// replaced while the master was away is reached at its new address only
@@ -296,6 +358,7 @@ impl Drop for StopOnDrop<'_> {
 fn wait_whole(cluster: &Cluster, patience: Duration) -> Result<(), String> {
     let client = Client::connect(&cluster.master_addr()).map_err(|e| e.to_string())?;
     let started = Instant::now();
+    nemesis::wait_masters_whole(cluster, &client)?;
     let mut last = String::new();
     while started.elapsed() < patience {
         let status = client.status().map_err(|e| e.to_string());

@@ -429,6 +429,11 @@ impl Cluster {
     /// with another layout), they spread over every slave.
     pub fn write_cluster_file(&self, slaves: usize, replicas: usize) {
         let mut toml = format!("replicas = {replicas}\n{}", self.layout);
+        for (i, addr) in self.master_addrs.iter().enumerate() {
+            toml.push_str(&format!(
+                "[[masters]]\nname = \"m{i}\"\naddr = \"{addr}\"\n"
+            ));
+        }
         for (i, addr) in self.slave_addrs.iter().take(slaves).enumerate() {
             toml.push_str(&format!("[[slaves]]\nname = \"s{i}\"\naddr = \"{addr}\"\n"));
         }
@@ -499,8 +504,15 @@ impl Cluster {
         self.master = Some(Server::start("master", &args).expect("the master starts"));
     }
 
-    /// Starts master `m{i}` of the cluster file's `[[masters]]`.
-    fn spawn_master(&self, i: usize) -> Result<Server, String> {
+    /// The data directory of master `m{i}`, one of several: the default,
+    /// `master-data/m{i}` beside the cluster file.
+    pub fn master_dir(&self, i: usize) -> PathBuf {
+        self.dir().join("master-data").join(format!("m{i}"))
+    }
+
+    /// Starts master `m{i}` of the cluster file's `[[masters]]`, at its
+    /// address, with its data directory (whatever is left of it).
+    pub fn spawn_master(&self, i: usize) -> Result<Server, String> {
         let mut args = vec![
             "master".to_string(),
             "--cluster".into(),

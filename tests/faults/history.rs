@@ -254,9 +254,18 @@ impl Recorder {
 /// recorded but not yet complete" is in the master's journal and rolled
 /// forward; any other error, a lost connection or a timeout (the master may
 /// have been killed during it) is [`Outcome::Unknown`]. A refused
-/// connection means the request was never sent; a master that answers
-/// `notLeader` has done nothing (docs/protocol.md §5), which a client given
-/// only that master sees.
+/// connection means the request was never sent.
+///
+/// With several masters (docs/protocol.md §12): `notLeader` comes from a
+/// master that changed nothing (it answers so before it looks at the
+/// call), so it is [`Outcome::Refused`]; but a client given several
+/// masters never returns it, it tries the next one. When no master took
+/// the call for the whole failover window, the client's error is
+/// `unavailable: no master leads: ...`, naming each master's last failure
+/// only: an earlier try may have reached a leader that died or was
+/// deposed during it (and the client sends a write again on the next
+/// master after a lost connection), so it is [`Outcome::Unknown`], even
+/// when every failure it names is a refusal.
 pub fn write_outcome(err: &Error) -> Outcome {
     let text = err.to_string();
     match err {
@@ -264,6 +273,11 @@ pub fn write_outcome(err: &Error) -> Outcome {
             kind: ErrorKind::BadQuery | ErrorKind::NotLeader,
             ..
         } => Outcome::Refused(text),
+        Error::Query {
+            kind: ErrorKind::Unavailable,
+            message,
+            ..
+        } if message.starts_with("unavailable: no master leads") => Outcome::Unknown(text),
         Error::Query {
             kind: ErrorKind::Unavailable,
             message,
