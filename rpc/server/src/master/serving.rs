@@ -26,6 +26,7 @@ use super::{Master, MasterOptions, Shared, start};
 use crate::access::Caller;
 use crate::bitfold_capnp::master;
 use crate::catalog::Catalog;
+use crate::cluster::ClusterFile;
 use crate::metrics::{self, MasterMetrics};
 use crate::net;
 
@@ -339,6 +340,7 @@ async fn lead(replicated: Rc<Replicated>, options: MasterOptions) {
     loop {
         quorum.leading().await;
         tracing::info!("master {name} leads: starting from the replicated records");
+        let options = reread(&options);
         let started = async {
             let catalog =
                 Catalog::with_directory(quorum.records()).map_err(crate::Error::Catalog)?;
@@ -362,4 +364,21 @@ async fn lead(replicated: Rc<Replicated>, options: MasterOptions) {
             }
         }
     }
+}
+
+/// `options` with the cluster file read again: a master that comes to lead
+/// takes the slaves' addresses from the file as it is now (it may have
+/// been edited since this process started, as `rebalance` reads it).
+fn reread(options: &MasterOptions) -> MasterOptions {
+    let mut options = options.clone();
+    if let Some(path) = &options.cluster_file {
+        match ClusterFile::load(path) {
+            Ok(file) => options.cluster = file.cluster,
+            Err(e) => tracing::warn!(
+                "master leads with the cluster file as it was when it started, since it cannot \
+                 read it again: {e}"
+            ),
+        }
+    }
+    options
 }
