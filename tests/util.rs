@@ -437,11 +437,6 @@ impl Cluster {
         for (i, addr) in self.slave_addrs.iter().take(slaves).enumerate() {
             toml.push_str(&format!("[[slaves]]\nname = \"s{i}\"\naddr = \"{addr}\"\n"));
         }
-        for (i, addr) in self.master_addrs.iter().enumerate() {
-            toml.push_str(&format!(
-                "[[masters]]\nname = \"m{i}\"\naddr = \"{addr}\"\n"
-            ));
-        }
         std::fs::write(self.cluster_file(), toml).expect("the cluster file is written");
     }
 
