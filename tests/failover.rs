@@ -527,3 +527,46 @@ fn status_after_the_leader_is_killed_shows_one_leader_and_it_down() {
         "{text}"
     );
 }
+
+#[test]
+fn a_follower_sends_its_callers_writes_and_reads_on_to_the_leader() {
+    let cluster = start(1);
+    wait_masters_up(&cluster);
+    let leader = cluster.leader(ELECTION).expect("a master leads");
+    let follower = &cluster.master_addrs[(leader + 1) % MASTERS];
+    // A DBMS given only a follower: its calls are answered by the leader.
+    let pairs = cluster.dir().join("forwarded.pairs");
+    std::fs::write(&pairs, "900,1\n900,5\n901,5\n").expect("the pairs file is written");
+    let pairs = pairs.to_str().expect("a UTF-8 path");
+    let run = bitfold(&["import", "--master", follower, "--format", "pairs", pairs]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let run = bitfold(&[
+        "query",
+        "--master",
+        follower,
+        "--output",
+        "count",
+        "R:900-901",
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert_eq!(stdout(&run).trim(), "2");
+    let run = bitfold(&["delete", "--master", follower, "901"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let run = bitfold(&["query", "--master", follower, "--output", "count", "P:901"]);
+    assert_eq!(
+        run.status.code(),
+        Some(4),
+        "{}{}",
+        stdout(&run),
+        stderr(&run)
+    );
+    // Its status is the leader's: every master, the leader among them.
+    let run = bitfold(&["status", "--master", follower]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let text = stdout(&run);
+    let leaders = text
+        .lines()
+        .filter(|l| l.starts_with("master ") && l.contains(" leader "))
+        .count();
+    assert_eq!(leaders, 1, "{text}");
+}

@@ -45,6 +45,11 @@ interface Master {
   # One Raft message from another master of a replicated cluster (a vote,
   # entries to append or a snapshot's chunk) and its answer, both encoded
   # by `bitfold-quorum` (docs/protocol.md §12). Masters only.
+
+  forwarding @8 () -> ();
+  # Marks this connection as one another master forwards its own clients'
+  # calls on (docs/protocol.md §12): they are never forwarded again, and
+  # their callers' roles were checked where they arrived. Masters only.
 }
 
 enum Format { words @0; roaring @1; count @2; }

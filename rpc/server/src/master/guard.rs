@@ -3,8 +3,12 @@
 //! refused call is answered with the error kind `forbidden` where the
 //! method's result has an error (a bare capnp error where it has none),
 //! counted, and changes nothing. A call that passes goes to the master
-//! serving now ([`Serving`]); `raft`, from another master, to its Raft node.
+//! serving now ([`Serving`]); on a master of several that does not lead, it
+//! is sent on to the leader, once (the leader's master is told, by
+//! `forwarding`, not to send it on again); `raft`, from another master,
+//! goes to its Raft node.
 
+use std::cell::Cell;
 use std::rc::Rc;
 
 use crate::access::{self, Caller};
@@ -19,12 +23,21 @@ use super::serving::Serving;
 pub(super) struct Guarded {
     pub(super) serving: Rc<Serving>,
     pub(super) caller: Caller,
+    /// Whether another master forwards its clients' calls on this
+    /// connection (it called `forwarding`): they are not forwarded again.
+    pub(super) forwarded: Cell<bool>,
 }
 
 impl Guarded {
     /// The `forbidden` error if the caller may not call `method`, which
     /// `roles` may; counted and logged.
     fn refused(&self, method: &'static str, roles: &[Role]) -> Option<Failure> {
+        // A forwarding master checked its own caller's role.
+        let roles = if self.forwarded.get() {
+            access::MASTERS
+        } else {
+            roles
+        };
         let why = self.caller.may(method, roles).err()?;
         tracing::info!("{why}");
         let role = self.caller.role_label();
@@ -38,7 +51,7 @@ impl Guarded {
 /// error (the refusal is written there); one without has none, and its
 /// refusal fails the call.
 macro_rules! checked {
-    ($($method:ident($params:ident, $results:ident) by $roles:expr, $($init:ident)?;)*) => {
+    ($($method:ident($params:ident, $results:ident, $request:ident) by $roles:expr, $($init:ident)?;)*) => {
         impl master::Server for Guarded {
             $(
                 async fn $method(
@@ -49,12 +62,47 @@ macro_rules! checked {
                     if let Some(failure) = self.refused(stringify!($method), $roles) {
                         return checked!(@refuse failure, results $(, $init)?);
                     }
-                    match self.serving.master(stringify!($method)).await {
-                        Ok(master) => master::Server::$method(master, params, results).await,
-                        Err(failure) => checked!(@refuse failure, results $(, $init)?),
+                    let failure = match self.serving.master(stringify!($method)).await {
+                        Ok(master) => return master::Server::$method(master, params, results).await,
+                        Err(failure) => failure,
+                    };
+                    // A follower sends the call on to the leader it knows.
+                    let leader = match failure.kind {
+                        ErrorKind::NotLeader if !self.forwarded.get() => {
+                            self.serving.leader_link().await
+                        }
+                        _ => None,
+                    };
+                    let Some(leader) = leader else {
+                        return checked!(@refuse failure, results $(, $init)?);
+                    };
+                    let mut request = leader.$request();
+                    request.set(params.get()?)?;
+                    match request.send().promise.await {
+                        Ok(answer) => results.set(answer.get()?),
+                        Err(e) => {
+                            self.serving.drop_leader_link();
+                            let failure = Failure::new(
+                                ErrorKind::NotLeader,
+                                format!("{}; sending the call on to it failed: {e}", failure.message),
+                            );
+                            checked!(@refuse failure, results $(, $init)?)
+                        }
                     }
                 }
             )*
+
+            async fn forwarding(
+                self: Rc<Self>,
+                _: master::ForwardingParams,
+                _: master::ForwardingResults,
+            ) -> Result<(), capnp::Error> {
+                if let Some(failure) = self.refused("forwarding", access::MASTERS) {
+                    return Err(capnp::Error::failed(failure.message));
+                }
+                self.forwarded.set(true);
+                Ok(())
+            }
 
             async fn raft(
                 self: Rc<Self>,
@@ -80,11 +128,11 @@ macro_rules! checked {
 }
 
 checked! {
-    query(QueryParams, QueryResults) by access::READ, init_result;
-    placement(PlacementParams, PlacementResults) by access::READ,;
-    status(StatusParams, StatusResults) by access::READ,;
-    import(ImportParams, ImportResults) by access::CHANGE, init_outcome;
-    clear(ClearParams, ClearResults) by access::CHANGE, init_outcome;
-    delete(DeleteParams, DeleteResults) by access::CHANGE, init_outcome;
-    rebalance(RebalanceParams, RebalanceResults) by access::CHANGE, init_outcome;
+    query(QueryParams, QueryResults, query_request) by access::READ, init_result;
+    placement(PlacementParams, PlacementResults, placement_request) by access::READ,;
+    status(StatusParams, StatusResults, status_request) by access::READ,;
+    import(ImportParams, ImportResults, import_request) by access::CHANGE, init_outcome;
+    clear(ClearParams, ClearResults, clear_request) by access::CHANGE, init_outcome;
+    delete(DeleteParams, DeleteResults, delete_request) by access::CHANGE, init_outcome;
+    rebalance(RebalanceParams, RebalanceResults, rebalance_request) by access::CHANGE, init_outcome;
 }

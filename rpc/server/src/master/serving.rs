@@ -8,7 +8,7 @@
 //! only once the leader has proven, by a majority's answer, that it still
 //! leads.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -28,7 +28,8 @@ use crate::bitfold_capnp::master;
 use crate::catalog::Catalog;
 use crate::cluster::ClusterFile;
 use crate::metrics::{self, MasterMetrics};
-use crate::net;
+use crate::net::{self, Connection};
+use crate::tls::{Role, Tls};
 
 /// The methods a leader answers only once a majority of masters has just
 /// answered it: a query (so that it is current) and a write (so that a
@@ -54,6 +55,10 @@ pub(super) struct Replicated {
     node: RefCell<Node>,
     /// The master serving while this one leads.
     current: RefCell<Option<Rc<Master>>>,
+    /// How it reaches the other masters (TLS with a master's certificate).
+    tls: Option<Tls>,
+    /// Its connection to the leader, by address, for the calls it sends on.
+    leader: RefCell<Option<(String, Rc<Connection<master::Client>>)>>,
 }
 
 /// A master's Raft node as it starts.
@@ -95,6 +100,47 @@ impl Serving {
             }
         }
         Ok(master)
+    }
+
+    /// A connection to the leader, if another master leads, on which this
+    /// one's calls are sent on (marked `forwarding` when opened).
+    pub(super) async fn leader_link(&self) -> Option<master::Client> {
+        let Serving::Replicated(replicated) = self else {
+            return None;
+        };
+        let (name, addr) = replicated.quorum()?.leader()?;
+        if name == replicated.name {
+            return None;
+        }
+        if let Some((open, link)) = &*replicated.leader.borrow()
+            && *open == addr
+            && !link.is_closed()
+        {
+            return Some(link.client.clone());
+        }
+        let tls = replicated.tls.as_ref();
+        let link: Connection<master::Client> =
+            match net::connect(&addr, net::Sent::default(), tls, Role::Master).await {
+                Ok(link) => link,
+                Err(e) => {
+                    tracing::info!(
+                        "master {} cannot reach the leader {name} at {addr}: {e}",
+                        replicated.name
+                    );
+                    return None;
+                }
+            };
+        link.client.forwarding_request().send().promise.await.ok()?;
+        let client = link.client.clone();
+        *replicated.leader.borrow_mut() = Some((addr, Rc::new(link)));
+        Some(client)
+    }
+
+    /// Forgets the connection to the leader (a call on it failed).
+    pub(super) fn drop_leader_link(&self) {
+        if let Serving::Replicated(replicated) = self {
+            replicated.leader.borrow_mut().take();
+        }
     }
 
     /// Answers a Raft message from another master.
@@ -221,6 +267,7 @@ pub(super) async fn listen(
             let guarded = Guarded {
                 serving: serving.clone(),
                 caller: Caller::new(peer, tls.as_ref()),
+                forwarded: Cell::new(false),
             };
             let client: master::Client = capnp_rpc::new_client(guarded);
             Ok(client.client)
@@ -269,6 +316,8 @@ pub(super) fn run_replicated(
             },
             node: RefCell::new(Node::Opening(opening.clone())),
             current: RefCell::new(None),
+            tls: options.tls.clone(),
+            leader: RefCell::new(None),
         });
         let (failed, failure) = oneshot::channel();
         let started = start_raft(opening, Arc::new(links));
