@@ -156,6 +156,13 @@ fn run(seed: u64, masters: usize, length: Duration) -> Report {
             &layout.toml(),
         )
     };
+    if masters > 1 {
+        // Every master a voting member before the first fault: one that
+        // started last may be joining, and a fault then would leave no
+        // majority.
+        let client = workload::client(&cluster.master_addr());
+        nemesis::wait_masters_whole(&cluster, &client).expect("the masters are whole at start");
+    }
     // Each client is given the masters starting at another one.
     let addrs: Vec<String> = (0..3).map(|k| rotated(&cluster, k)).collect();
     let recorder = Recorder::new();

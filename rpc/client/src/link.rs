@@ -176,7 +176,8 @@ impl Link {
         }
     }
 
-    /// What `attempt` gets of the master in use. With several masters, a
+    /// What `attempt` gets of the master in use: one master answering
+    /// `notLeader` is asked again until `patience.failover` has passed. With several masters, a
     /// master down or not the leader is left for the next (or the leader it
     /// names) and the call sent again, every write being safe to repeat;
     /// once every master has failed in turn the masters are tried again
@@ -192,7 +193,23 @@ impl Link {
         F: Future<Output = Result<T, Error>>,
     {
         if let [only] = &self.masters[..] {
-            return only.within(patience.timeout, attempt(only)).await;
+            // One master of several, given alone, sends calls on to the
+            // leader; while none leads it answers `notLeader`, having done
+            // nothing: asked again until one leads, within the window.
+            let mut first_failure = None;
+            loop {
+                match only.within(patience.timeout, attempt(only)).await {
+                    Err(Error::Query {
+                        kind: ErrorKind::NotLeader,
+                        ..
+                    }) if first_failure.get_or_insert_with(Instant::now).elapsed()
+                        < patience.failover =>
+                    {
+                        tokio::time::sleep(PAUSE).await;
+                    }
+                    answered => return answered,
+                }
+            }
         }
         let mut failures: Vec<Option<String>> = vec![None; self.masters.len()];
         let mut first_failure = None;

@@ -54,7 +54,7 @@ impl ReplicatedDirectory {
     fn propose(&self, name: &str, change: Change) -> Result<(), StoreError> {
         let size = match &change {
             Change::Write { bytes, .. } | Change::WriteAt { bytes, .. } => bytes.len(),
-            Change::Delete { .. } | Change::Truncate { .. } => 0,
+            Change::Delete { .. } | Change::Truncate { .. } | Change::Rename { .. } => 0,
         };
         if size > CHANGE_BYTES {
             // Refused before Raft sees it: an entry no message can carry
@@ -168,6 +168,10 @@ impl ReplicatedDirectory {
     }
 }
 
+/// The most bytes one entry carries of a file written whole: a larger
+/// file goes in pieces ([`Change::Rename`]).
+const PIECE_BYTES: usize = 1 << 20;
+
 /// A file being written: proposed whole when committed.
 struct Staged {
     dir: Arc<ReplicatedDirectory>,
@@ -183,7 +187,36 @@ impl FileWriter for Staged {
 
     fn commit(self: Box<Self>) -> Result<(), StoreError> {
         let Staged { dir, name, bytes } = *self;
-        dir.propose(&name.clone(), Change::Write { name, bytes })
+        if bytes.len() <= PIECE_BYTES {
+            return dir.propose(&name.clone(), Change::Write { name, bytes });
+        }
+        // One entry per piece: each is written on a follower well within
+        // the time Raft gives one message (its heartbeat interval).
+        let staging = format!("{name}.staging");
+        dir.propose(
+            &staging,
+            Change::Truncate {
+                name: staging.clone(),
+                len: 0,
+            },
+        )?;
+        for (i, piece) in bytes.chunks(PIECE_BYTES).enumerate() {
+            dir.propose(
+                &staging,
+                Change::WriteAt {
+                    name: staging.clone(),
+                    at: (i * PIECE_BYTES) as u64,
+                    bytes: piece.to_vec(),
+                },
+            )?;
+        }
+        dir.propose(
+            &name.clone(),
+            Change::Rename {
+                from: staging,
+                to: name,
+            },
+        )
     }
 }
 

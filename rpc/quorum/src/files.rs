@@ -184,6 +184,21 @@ impl Inner {
             }
             Change::WriteAt { name, at, bytes } => self.appending(name)?.write_at(*at, bytes),
             Change::Truncate { name, len } => self.appending(name)?.truncate(*len),
+            Change::Rename { from, to } => {
+                self.appending.remove(from);
+                self.appending.remove(to);
+                match self.records.read(from) {
+                    Ok(bytes) => {
+                        let mut file = self.records.create(to)?;
+                        file.write_all(&bytes)?;
+                        file.commit()?;
+                        self.records.delete(from)
+                    }
+                    // Applied before a crash, and again now: `to` is whole.
+                    Err(e) if is_missing(&e) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
         }
     }
 

@@ -90,6 +90,15 @@ pub enum Change {
         /// Its new length.
         len: u64,
     },
+    /// File `to` now holds what file `from` holds (replacing any), and
+    /// `from` is gone: how a file too large for one entry is written, in
+    /// pieces to `from` first.
+    Rename {
+        /// The file written in pieces.
+        from: String,
+        /// Its name.
+        to: String,
+    },
 }
 
 impl fmt::Debug for Change {
@@ -101,6 +110,7 @@ impl fmt::Debug for Change {
                 write!(f, "write {} bytes at {at} of {name}", bytes.len())
             }
             Change::Truncate { name, len } => write!(f, "cut {name} to {len} bytes"),
+            Change::Rename { from, to } => write!(f, "rename {from} to {to}"),
         }
     }
 }

@@ -40,7 +40,8 @@ pub struct QuorumOptions {
     /// and the log before it dropped (default 1000).
     pub snapshot_every: u64,
     /// The most bytes one message of several entries takes; more are sent
-    /// fewer at a time (default 64 MiB).
+    /// fewer at a time (default 2 MiB: a follower must write a message's
+    /// entries within Raft's heartbeat interval).
     pub message_bytes: usize,
 }
 
@@ -55,7 +56,7 @@ impl QuorumOptions {
             election_timeout: Duration::from_millis(600),
             write_timeout: Duration::from_secs(10),
             snapshot_every: 1000,
-            message_bytes: 64 << 20,
+            message_bytes: 2 << 20,
         }
     }
 }
@@ -70,6 +71,9 @@ pub struct Quorum {
     write_timeout: Duration,
     /// How often the leader tells the others it leads.
     heartbeat: Duration,
+    /// How long after a majority answered it a leader answers queries
+    /// without asking again (half the election timeout).
+    lease: Duration,
     /// Why each master Raft could not reach last failed (none once it answers).
     unreachable: Arc<Mutex<BTreeMap<u64, String>>>,
     /// Told when a write through [`Quorum::records`] failed: the master
@@ -260,6 +264,7 @@ impl Opening {
             machine: self.machine.clone(),
             write_timeout: options.write_timeout,
             heartbeat: options.heartbeat,
+            lease: options.election_timeout / 2,
             unreachable,
             failed: Arc::new(Notify::new()),
         })
@@ -435,9 +440,23 @@ impl Quorum {
         }
     }
 
-    /// Proves this master still leads (a majority answered it after the
-    /// last write it applied): a query it answers then is current.
+    /// Proves this master still leads, so that a query it answers is
+    /// current: a majority answered it within the last half election
+    /// timeout (a lease: no other can have been elected since, as the
+    /// others refuse to vote while they hear from a leader), else a round
+    /// of messages now.
     pub async fn ensure_current(&self) -> Result<(), String> {
+        {
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow();
+            let lease = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX);
+            if metrics.state == ServerState::Leader
+                && metrics.current_leader == Some(self.me)
+                && metrics.millis_since_quorum_ack.is_some_and(|ms| ms < lease)
+            {
+                return Ok(());
+            }
+        }
         self.raft
             .ensure_linearizable()
             .await
@@ -484,10 +503,16 @@ impl Quorum {
                     .as_ref()
                     .and_then(|r| r.get(id).copied().flatten())
                     .map(|l| l.index);
+                let leads = metrics.state == ServerState::Leader;
                 let (state, reason) = if *id == self.me {
                     (own_state(metrics.state), String::new())
                 } else if let Some(reason) = unreachable.get(id) {
                     ("down", reason.clone())
+                } else if leads && matched.is_none() {
+                    // A member the leader has never heard acknowledge an
+                    // entry: not started yet, or its address now holds a
+                    // new member (it lost its data and joins again).
+                    ("down", "it has not acknowledged any entry yet".to_owned())
                 } else if metrics.current_leader == Some(*id) {
                     ("leader", String::new())
                 } else if voters.contains(id) {

@@ -237,7 +237,16 @@ impl Write {
             Write::Replace(dir, name, bytes) => write_sealed(&*dir, &name, &bytes),
             // A deletion lost in a crash would bring an acknowledged write
             // back, to be applied again over later ones.
-            Write::Delete(dir, name) => dir.delete(&name).and_then(|()| dir.sync()),
+            // A file already gone (a second acknowledgement of a write no
+            // longer pending) is deleted all the same.
+            Write::Delete(dir, name) => match dir.delete(&name) {
+                Err(StoreError::Io { cause, .. })
+                    if cause.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    dir.sync()
+                }
+                deleted => deleted.and_then(|()| dir.sync()),
+            },
         }
     }
 }
