@@ -3,9 +3,9 @@
 # slaves on loopback, a data set imported, then N times: find the leader
 # (`bitfold status`), kill -9 it, and time from the kill to the first query
 # answered through `--master a,b,c` (a tight loop of `bitfold query`); then
-# restart the killed master and wait until it is a follower again. A writer
-# imports one bit at a time throughout (write k: bit k of vid 1000000 + k)
-# and logs which writes were acknowledged; at the end every acknowledged
+# restart the killed master and wait until it is a follower again. Writers
+# import one bit at a time throughout (write k: bit k of vid 1000000 + k)
+# and log which writes were acknowledged; at the end every acknowledged
 # write is looked for, in one range query and by a `P:` query of each.
 #
 #   benches/failover.sh [--kills N] [--writers N] [--slaves N] [--replicas R] [--pairs N] [--give-up S] [--keep]
@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
         --replicas) replicas=$2; shift 2 ;;
         --pairs) pairs=$2; shift 2 ;;
         --give-up) give_up=$2; shift 2 ;;
-        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
