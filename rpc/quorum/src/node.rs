@@ -32,7 +32,9 @@ pub struct QuorumOptions {
     /// How often the leader tells the others it leads (default 100 ms).
     pub heartbeat: Duration,
     /// How long a master waits without hearing from a leader before it
-    /// stands for election: between this and twice this (default 600 ms).
+    /// stands for election: between this and twice this (default 600 ms),
+    /// after openraft's leader lease (twice this again) when it knew a
+    /// leader, so about 1.8 to 2.4 s after a leader dies.
     pub election_timeout: Duration,
     /// The longest a write waits for a majority of masters (default 10 s).
     pub write_timeout: Duration,
