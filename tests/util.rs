@@ -389,7 +389,36 @@ impl Cluster {
             let server = cluster.spawn_master(i).expect("a master starts");
             cluster.masters.push(Some(server));
         }
+        cluster.wait_masters_voting(masters);
         cluster
+    }
+
+    /// Waits (60 s at most) until `masters` masters vote and one leads: a
+    /// master that started last may join as a new member, and a fault
+    /// before it has would leave no majority.
+    fn wait_masters_voting(&self, masters: usize) {
+        let mut client = Client::connect(&self.master_addr()).expect("a client of the masters");
+        client.set_timeout(Duration::from_secs(2));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = client.full_status();
+            if let Ok(status) = &status {
+                let states: Vec<&str> = status.masters.iter().map(|m| m.state.as_str()).collect();
+                let leaders = states.iter().filter(|s| **s == "leader").count();
+                let voting = states
+                    .iter()
+                    .filter(|s| matches!(**s, "leader" | "follower"))
+                    .count();
+                if states.len() == masters && voting == masters && leaders == 1 {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the masters never all voted: {status:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// A cluster whose `slaves` slaves run, its cluster file written
