@@ -76,6 +76,12 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether this is a file operation on a file that is not there (a
+    /// deletion of one already deleted, say).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StoreError::Io { cause, .. } if cause.kind() == io::ErrorKind::NotFound)
+    }
+
     pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, cause: io::Error) -> Self {
         StoreError::Io {
             action,

@@ -10,7 +10,7 @@
 //! master stopped in the middle replaces it again when it starts.
 
 use std::collections::HashMap;
-use std::io::{self, Cursor};
+use std::io::Cursor;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bitfold_engine::store::{AppendFile, Directory, StoreError, read_sealed, write_sealed};
@@ -83,11 +83,6 @@ fn keep(raft: &dyn Directory, meta: &Meta, body: &[u8]) -> Result<(), AnyError> 
 
 fn io_error(e: impl ToString) -> AnyError {
     AnyError::error(e.to_string())
-}
-
-/// Whether a store error is a file that was not there.
-fn is_missing(e: &StoreError) -> bool {
-    matches!(e, StoreError::Io { cause, .. } if cause.kind() == io::ErrorKind::NotFound)
 }
 
 /// The names of the files a snapshot holds: the records', not the lock
@@ -178,7 +173,7 @@ impl Inner {
             Change::Delete { name } => {
                 self.appending.remove(name);
                 match self.records.delete(name) {
-                    Err(e) if !is_missing(&e) => Err(e),
+                    Err(e) if !e.is_not_found() => Err(e),
                     _ => Ok(()),
                 }
             }
@@ -195,7 +190,7 @@ impl Inner {
                         self.records.delete(from)
                     }
                     // Applied before a crash, and again now: `to` is whole.
-                    Err(e) if is_missing(&e) => Ok(()),
+                    Err(e) if e.is_not_found() => Ok(()),
                     Err(e) => Err(e),
                 }
             }

@@ -16,7 +16,7 @@ use std::io;
 use std::ops::RangeBounds;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 
-use bitfold_engine::store::{Directory, StoreError, read_sealed, write_sealed};
+use bitfold_engine::store::{Directory, read_sealed, write_sealed};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{
     AnyError, Entry, LogId, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote,
@@ -344,7 +344,7 @@ fn write_all(inner: &Mutex<Inner>, work: &mpsc::Receiver<Work>) {
                     }
                     for index in indexes {
                         match dir.delete(&entry_name(index)) {
-                            Err(e) if !is_missing(&e) => return Err(e.to_string()),
+                            Err(e) if !e.is_not_found() => return Err(e.to_string()),
                             _ => {}
                         }
                     }
@@ -354,10 +354,4 @@ fn write_all(inner: &Mutex<Inner>, work: &mpsc::Receiver<Work>) {
             }
         }
     }
-}
-
-/// Whether a store error is a file that was not there (an entry cut
-/// before it was written).
-fn is_missing(e: &StoreError) -> bool {
-    matches!(e, StoreError::Io { cause, .. } if cause.kind() == io::ErrorKind::NotFound)
 }
