@@ -521,21 +521,29 @@ class DbmsTest(unittest.TestCase):
         self.assertEqual(missing.error.kind, "notFound")
 
 
+def one_slave(test):
+    """Starts one slave for `test` in a temporary directory, both stopped and
+    removed when it ends (its servers are `test.servers`): the directory and
+    the slave's address."""
+    test.servers = []
+    test.tmp = tempfile.TemporaryDirectory()
+    test.addCleanup(test.tmp.cleanup)
+    test.addCleanup(lambda: [server.stop() for server in test.servers])
+    tmp = Path(test.tmp.name)
+    slave = start(
+        ["slave", "--listen", "127.0.0.1:0", "--data-dir", str(tmp / "s0")],
+        "slave",
+        test.servers,
+        tmp / "s0.log",
+    )
+    return tmp, slave
+
+
 class OneSlaveTest(unittest.TestCase):
     """A master and one slave, started for each test."""
 
     def setUp(self):
-        self.servers = []
-        self.tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(self.tmp.cleanup)
-        self.addCleanup(lambda: [server.stop() for server in self.servers])
-        tmp = Path(self.tmp.name)
-        slave = start(
-            ["slave", "--listen", "127.0.0.1:0", "--data-dir", str(tmp / "s0")],
-            "slave",
-            self.servers,
-            tmp / "s0.log",
-        )
+        tmp, slave = one_slave(self)
         (tmp / "cluster.toml").write_text(f'[[slaves]]\nname = "s0"\naddr = "{slave}"\n')
         self.master_args = ["master", "--cluster", str(tmp / "cluster.toml"), "--listen"]
         self.master = start(
@@ -579,17 +587,7 @@ class ThreeMastersTest(unittest.TestCase):
     the one elected next, every acknowledged write still there."""
 
     def setUp(self):
-        self.servers = []
-        self.tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(self.tmp.cleanup)
-        self.addCleanup(lambda: [server.stop() for server in self.servers])
-        tmp = Path(self.tmp.name)
-        slave = start(
-            ["slave", "--listen", "127.0.0.1:0", "--data-dir", str(tmp / "s0")],
-            "slave",
-            self.servers,
-            tmp / "s0.log",
-        )
+        tmp, slave = one_slave(self)
         first = free_ports(3)
         self.addrs = [f"127.0.0.1:{first + i}" for i in range(3)]
         masters = "".join(
