@@ -94,12 +94,13 @@ fn first_answer(client: &Client, recorder: &Recorder, layout: Layout) -> Duratio
 
 /// Waits until a write of the writer that started at or after `since`
 /// (on the recorder's clock) is acknowledged; how long after `since` it
-/// ended.
-fn first_write_after(recorder: &Recorder, since: u64) -> Duration {
+/// ended. If none is within [`ELECTION`], fails with the writer's last
+/// operations and the masters' logs.
+fn first_write_after(cluster: &Cluster, recorder: &Recorder, since: u64) -> Duration {
     let deadline = Instant::now() + ELECTION;
     loop {
-        let done = recorder
-            .ops()
+        let ops = recorder.ops();
+        let done = ops
             .iter()
             .filter(|op| op.who == "writer" && op.start >= since)
             .filter(|op| matches!(op.outcome, Outcome::Done) && op.action.is_write())
@@ -108,10 +109,23 @@ fn first_write_after(recorder: &Recorder, since: u64) -> Duration {
         if let Some(end) = done {
             return Duration::from_nanos(end - since);
         }
-        assert!(
-            Instant::now() < deadline,
-            "no write started after the fault was acknowledged within {ELECTION:?}"
-        );
+        if Instant::now() >= deadline {
+            let last: Vec<String> = ops
+                .iter()
+                .filter(|op| op.who == "writer" || op.who == "nemesis")
+                .rev()
+                .take(8)
+                .map(Op::to_string)
+                .collect();
+            let finding = format!(
+                "no write started after the fault (at {:.1} ms) was acknowledged within \
+                 {ELECTION:?}; now {:.1} ms; the writer's last operations, newest first:\n{}",
+                since as f64 / 1e6,
+                recorder.now() as f64 / 1e6,
+                last.join("\n")
+            );
+            assert_no_findings(cluster, &[finding]);
+        }
         thread::sleep(Duration::from_millis(20));
     }
 }
@@ -253,7 +267,7 @@ fn the_leader_killed_under_load_is_replaced_and_nothing_is_lost_or_wrong() {
             cluster.kill_master_at(leader);
             fault(&recorder, format!("kill -9 master m{leader}, the leader"));
             let query = first_answer(&probe, &recorder, layout);
-            let write = first_write_after(&recorder, killed);
+            let write = first_write_after(&cluster, &recorder, killed);
             let next = cluster.leader(ELECTION).expect("a master leads again");
             eprintln!(
                 "failover: m{leader} killed: m{next} leads; the first query was answered after \

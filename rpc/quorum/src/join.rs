@@ -2,13 +2,23 @@
 //! new, and joins a running one (docs/protocol.md §12).
 //!
 //! Asked `hello`, a master answers the last entry of its log, if it holds
-//! one. A master whose data directory is new asks the others until a
-//! majority of the masters, itself included, has answered. If one holds
-//! more than the entry a new cluster starts with, the cluster runs and
-//! this master joins it as a new member, under an id no master had; else
-//! it founds the cluster with the others. A master back with its data lost
-//! is so never counted as the member it was: that member voted, and
-//! vouched for entries, with a log it no longer holds.
+//! one, and a number its process drew at start. A master whose data
+//! directory is new asks the others until a majority of the masters,
+//! itself included, has answered, and then for up to [`FOUNDING_WAIT`]
+//! more until all have. If one holds more than the entry a new cluster
+//! starts with, the cluster runs and this master joins it as a new member,
+//! under an id no master had; else it founds the cluster with the others.
+//! A master back with its data lost is so never counted as the member it
+//! was: that member voted, and vouched for entries, with a log it no
+//! longer holds.
+//!
+//! One exception closes a race at the first start: a master that founded
+//! the cluster names, in its `hello` answers, the processes (by their
+//! number) it heard say their data directory was new before it founded.
+//! A master that finds its own process there takes its founding id: that
+//! id can have neither voted nor held an entry, since this very process
+//! held it back until now. So three masters started at about the same
+//! time are three founding members, not two and one joining late.
 //!
 //! To join, it asks the masters in turn until the leader has added it. The
 //! leader adds it as a learner, waits until it has caught up (from a
@@ -17,7 +27,7 @@
 //! no longer lists; one join replaces at most one master.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use openraft::Raft;
 use serde::{Deserialize, Serialize};
@@ -42,40 +52,79 @@ pub(crate) struct Join {
 const RETRY: Duration = Duration::from_millis(500);
 /// How often a master that still waits says so.
 const TELL: Duration = Duration::from_secs(5);
+/// How long a master with a new data directory that has heard a majority
+/// waits for the other masters before it founds the cluster without them.
+pub(crate) const FOUNDING_WAIT: Duration = Duration::from_secs(3);
 
 fn encode(reply: &Reply) -> Vec<u8> {
     postcard::to_stdvec(reply).unwrap_or_default()
 }
 
-/// The answer to `hello` of a master whose log ends at `last`.
-pub(crate) fn hello(last: &Option<u64>) -> Reply {
-    Reply::Hello(*last)
+/// A master's answer to `hello`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Greeting {
+    /// The last entry of its log, if it holds one.
+    pub(crate) last: Option<u64>,
+    /// The number its process drew at start.
+    pub(crate) process: u64,
+    /// If this process founded the cluster: the masters (name, process
+    /// number) it heard say their data directory was new before it did.
+    pub(crate) founded_with: Vec<(String, u64)>,
 }
 
-/// Answers `message` for a master whose Raft has not started: `hello`
-/// from its log; anything else is refused until it runs.
-pub(crate) fn answer_hello(log: &LogStore, message: &[u8]) -> Vec<u8> {
+/// A number for this process, unlike any other master process's.
+pub(crate) fn process_number() -> u64 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    crate::member_id(&format!("process#{nanos}#{}", std::process::id()))
+}
+
+/// Answers `message` for a master whose Raft has not started (its log
+/// `log`, its process `process`): `hello`; anything else is refused until
+/// it runs.
+pub(crate) fn answer_hello(log: &LogStore, process: u64, message: &[u8]) -> Vec<u8> {
     match postcard::from_bytes::<Message>(message) {
-        Ok(Message::Hello) => encode(&hello(&log.last_index())),
+        Ok(Message::Hello) => encode(&Reply::Hello(Greeting {
+            last: log.last_index(),
+            process,
+            founded_with: Vec::new(),
+        })),
         Ok(_) => encode(&Reply::Refused("this master is starting".into())),
         Err(e) => encode(&Reply::Refused(format!("malformed message: {e}"))),
     }
 }
 
-/// Whether the cluster of `options` runs already: asks the other masters
-/// until a majority of all (this one included) has answered.
-pub(crate) async fn cluster_runs(
+/// How a master with a new data directory starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// It founds a new cluster with the others, having heard these masters
+    /// (name, process number) say their data directory was new.
+    Found(Vec<(String, u64)>),
+    /// The cluster was founded after a founder heard this process say it
+    /// was new: it takes its founding id.
+    Founder,
+    /// The cluster runs: it joins as a new member.
+    Join,
+}
+
+/// How master `options.name` (process `process`), whose data directory is
+/// new, starts: asks the other masters until a majority of all (this one
+/// included) has answered, then for up to [`FOUNDING_WAIT`] until all have.
+pub(crate) async fn how_to_start(
     transport: &dyn Transport,
     options: &QuorumOptions,
-) -> Result<bool, String> {
+    process: u64,
+) -> Result<Start, String> {
     let others: Vec<&(String, String)> = options
         .masters
         .iter()
         .filter(|(name, _)| *name != options.name)
         .collect();
     let needed = options.masters.len() / 2;
-    let mut heard: BTreeMap<&str, Option<u64>> = BTreeMap::new();
+    let mut heard: BTreeMap<&str, Greeting> = BTreeMap::new();
     let mut told = Instant::now();
+    let mut majority: Option<Instant> = None;
     let message = postcard::to_stdvec(&Message::Hello).map_err(|e| e.to_string())?;
     loop {
         for (name, addr) in &others {
@@ -83,19 +132,30 @@ pub(crate) async fn cluster_runs(
                 continue;
             }
             let answer = transport.send(addr, message.clone(), RETRY).await;
-            if let Ok(Reply::Hello(last)) = answer
+            if let Ok(Reply::Hello(greeting)) = answer
                 .map(|b| postcard::from_bytes(&b))
                 .unwrap_or(Err(postcard::Error::DeserializeUnexpectedEnd))
             {
-                heard.insert(name, last);
+                heard.insert(name, greeting);
             }
         }
         // A new cluster's log starts with its membership, entry 0.
-        if heard.values().any(|last| last.is_some_and(|i| i > 0)) {
-            return Ok(true);
+        if heard.values().any(|g| g.last.is_some_and(|i| i > 0)) {
+            let me = (options.name.clone(), process);
+            let founder = heard.values().any(|g| g.founded_with.contains(&me));
+            return Ok(if founder { Start::Founder } else { Start::Join });
         }
         if heard.len() >= needed {
-            return Ok(false);
+            let since = *majority.get_or_insert_with(Instant::now);
+            if heard.len() == others.len() || since.elapsed() >= FOUNDING_WAIT {
+                let new = heard
+                    .iter()
+                    .map(|(name, g)| (name.to_string(), g.process))
+                    .collect();
+                return Ok(Start::Found(new));
+            }
+            tokio::time::sleep(RETRY / 5).await;
+            continue;
         }
         if told.elapsed() >= TELL {
             tracing::warn!(

@@ -54,8 +54,8 @@ pub(crate) enum Reply {
     Vote(Result<VoteResponse<u64>, RaftError<u64>>),
     Append(Result<AppendEntriesResponse<u64>, RaftError<u64>>),
     Snapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
-    /// The last entry of the master's log, if it holds one.
-    Hello(Option<u64>),
+    /// The last entry of the master's log and more (see `join`).
+    Hello(crate::join::Greeting),
     /// Whether the sender is a member now, or why not.
     Joined(Result<(), String>),
     /// The message could not be read, or is not for this master.

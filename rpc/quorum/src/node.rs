@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bitfold_engine::store::{Directory, MmapDirectory, read_sealed, write_sealed};
 use openraft::error::{InitializeError, RaftError};
@@ -81,6 +81,11 @@ pub struct Quorum {
     /// Told when a write through [`Quorum::records`] failed: the master
     /// serving from them must start again from what is recorded.
     failed: Arc<Notify>,
+    /// The number this process drew, told in `hello` answers.
+    process: u64,
+    /// If this process founded the cluster: the masters it heard say their
+    /// data directory was new before it did (see `join`).
+    founded_with: Vec<(String, u64)>,
 }
 
 /// How one master stands, as the master answering sees it.
@@ -118,6 +123,8 @@ pub struct Opening {
     log: LogStore,
     machine: FileMachine,
     identity: Option<Identity>,
+    /// The number this process drew, told in `hello` answers.
+    process: u64,
 }
 
 impl Opening {
@@ -140,20 +147,22 @@ impl Opening {
             log,
             machine,
             identity,
+            process: join::process_number(),
         })
     }
 
     /// Answers a message another master sent while this one opens: only
     /// `hello` gets an answer.
     pub fn answer(&self, message: &[u8]) -> Vec<u8> {
-        join::answer_hello(&self.log, message)
+        join::answer_hello(&self.log, self.process, message)
     }
 
     /// Starts Raft: as before for a master that ran; for a new data
     /// directory, as a new cluster of every master of the file if the
-    /// other masters hold no log either, else as a new member joining the
-    /// running cluster (it catches up from a snapshot). Blocks until
-    /// Raft runs; call it off any async runtime.
+    /// other masters hold no log either (or as a founding member of a
+    /// cluster founded after a founder heard this process), else as a new
+    /// member joining the running cluster (it catches up from a snapshot).
+    /// Blocks until Raft runs; call it off any async runtime.
     pub fn start(&self, transport: Arc<dyn Transport>) -> Result<Quorum, String> {
         let options = &self.options;
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -171,17 +180,15 @@ impl Opening {
                 .map(|(_, addr)| addr.clone())
                 .ok_or_else(|| format!("master {} is not one of the masters", options.name))?,
         };
-        let (identity, new_cluster) = match self.identity {
-            Some(identity) => (identity, false),
-            None if !self.log.is_new() => (Identity::founding(&me.name), false),
+        let (identity, founded_with) = match self.identity {
+            Some(identity) => (identity, None),
+            None if !self.log.is_new() => (Identity::founding(&me.name), None),
             None => {
-                let running = runtime.block_on(join::cluster_runs(&*transport, options))?;
-                let identity = if running {
-                    Identity::joining(&me.name)
-                } else {
-                    Identity::founding(&me.name)
-                };
-                (identity, !running)
+                match runtime.block_on(join::how_to_start(&*transport, options, self.process))? {
+                    join::Start::Found(heard) => (Identity::founding(&me.name), Some(heard)),
+                    join::Start::Founder => (Identity::founding(&me.name), None),
+                    join::Start::Join => (Identity::joining(&me.name, self.process), None),
+                }
             }
         };
         identity.write(&*self.raft_dir, &me.name)?;
@@ -213,7 +220,7 @@ impl Opening {
                 self.machine.clone(),
             ))
             .map_err(|e| format!("cannot start Raft: {e}"))?;
-        if new_cluster {
+        if founded_with.is_some() {
             let members: BTreeMap<u64, Member> = options
                 .masters
                 .iter()
@@ -269,6 +276,8 @@ impl Opening {
             lease: options.election_timeout / 2,
             unreachable,
             failed: Arc::new(Notify::new()),
+            process: self.process,
+            founded_with: founded_with.unwrap_or_default(),
         })
     }
 }
@@ -295,12 +304,9 @@ impl Identity {
     /// A joining master's: an id no master had, so that a master back
     /// with its data lost is never counted as the member it was (whose
     /// votes and log it no longer holds).
-    fn joining(name: &str) -> Identity {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
+    fn joining(name: &str, process: u64) -> Identity {
         Identity {
-            id: member_id(&format!("{name}#{nanos}#{}", std::process::id())),
+            id: member_id(&format!("{name}#{process}")),
             joined: false,
         }
     }
@@ -377,7 +383,11 @@ impl Quorum {
             Ok(Message::Snapshot(_, request)) => {
                 Reply::Snapshot(self.raft.install_snapshot(request).await)
             }
-            Ok(Message::Hello) => join::hello(&self.log_state()),
+            Ok(Message::Hello) => Reply::Hello(join::Greeting {
+                last: self.log_state(),
+                process: self.process,
+                founded_with: self.founded_with.clone(),
+            }),
             Ok(Message::Join(join)) => Reply::Joined(join::admit(&self.raft, self.me, join).await),
             Err(e) => Reply::Refused(format!("malformed message: {e}")),
         };
@@ -385,6 +395,12 @@ impl Quorum {
             postcard::to_stdvec(&Reply::Refused(format!("cannot encode the answer: {e}")))
                 .unwrap_or_default()
         })
+    }
+
+    /// This master's Raft id: its founding id ([`member_id`] of its name),
+    /// or one no master had if it joined as a new member.
+    pub fn id(&self) -> u64 {
+        self.me
     }
 
     /// Whether this master leads now.

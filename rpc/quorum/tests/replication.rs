@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bitfold_engine::store::{Directory, MmapDirectory, StoreError, read_sealed, write_sealed};
 use bitfold_quorum::network::Sent;
-use bitfold_quorum::{Opening, Quorum, QuorumOptions, Transport};
+use bitfold_quorum::{Opening, Quorum, QuorumOptions, Transport, member_id};
 
 /// A node as the transport reaches it.
 enum Reached {
@@ -59,14 +59,19 @@ impl Cluster {
 
     /// A cluster whose writes wait `write_timeout` for a majority.
     fn waiting(write_timeout: Duration) -> Cluster {
-        let mut cluster = Cluster {
+        let mut cluster = Cluster::stopped(write_timeout);
+        cluster.start_together(&[0, 1, 2]);
+        cluster
+    }
+
+    /// A cluster none of whose nodes has started.
+    fn stopped(write_timeout: Duration) -> Cluster {
+        Cluster {
             write_timeout,
             root: tempfile::tempdir().unwrap(),
             transport: Arc::new(InMemory::default()),
             nodes: vec![None, None, None],
-        };
-        cluster.start_together(&[0, 1, 2]);
-        cluster
+        }
     }
 
     fn dir(&self, i: usize) -> std::path::PathBuf {
@@ -79,27 +84,42 @@ impl Cluster {
 
     /// Starts nodes `which` at once: a new cluster's wait for each other.
     fn start_together(&mut self, which: &[usize]) {
-        let mut starting = Vec::new();
-        for &i in which {
-            let masters = NAMES
-                .iter()
-                .map(|n| (n.to_string(), format!("addr-{n}")))
-                .collect();
-            let mut options = QuorumOptions::new(NAMES[i].into(), masters, self.dir(i));
-            options.snapshot_every = 20;
-            options.message_bytes = 1 << 20;
-            options.write_timeout = self.write_timeout;
-            let opening = Arc::new(Opening::open(options).unwrap());
-            self.transport.nodes.lock().unwrap().insert(
-                format!("addr-{}", NAMES[i]),
-                Reached::Opening(opening.clone()),
-            );
-            let transport = self.transport.clone();
-            starting.push((
-                i,
-                std::thread::spawn(move || opening.start(transport).unwrap()),
-            ));
-        }
+        let openings: Vec<(usize, Arc<Opening>)> =
+            which.iter().map(|&i| (i, self.open(i))).collect();
+        self.run(openings);
+    }
+
+    /// Opens node `i`: from now on it answers `hello`, as a master process
+    /// does before its Raft starts.
+    fn open(&self, i: usize) -> Arc<Opening> {
+        let masters = NAMES
+            .iter()
+            .map(|n| (n.to_string(), format!("addr-{n}")))
+            .collect();
+        let mut options = QuorumOptions::new(NAMES[i].into(), masters, self.dir(i));
+        options.snapshot_every = 20;
+        options.message_bytes = 1 << 20;
+        options.write_timeout = self.write_timeout;
+        let opening = Arc::new(Opening::open(options).unwrap());
+        self.transport.nodes.lock().unwrap().insert(
+            format!("addr-{}", NAMES[i]),
+            Reached::Opening(opening.clone()),
+        );
+        opening
+    }
+
+    /// Starts the Raft of each opened node, all at once.
+    fn run(&mut self, openings: Vec<(usize, Arc<Opening>)>) {
+        let starting: Vec<_> = openings
+            .into_iter()
+            .map(|(i, opening)| {
+                let transport = self.transport.clone();
+                (
+                    i,
+                    std::thread::spawn(move || opening.start(transport).unwrap()),
+                )
+            })
+            .collect();
         for (i, started) in starting {
             let node = Arc::new(started.join().unwrap());
             self.transport.nodes.lock().unwrap().insert(
@@ -329,4 +349,48 @@ fn large_records_reach_a_follower_in_messages_it_can_take_and_large_files_go_in_
     assert!(!staging.exists(), "the pieces' file is left");
     cluster.write("after", b"ok");
     cluster.wait_for(follower, "after", b"ok");
+}
+
+/// Three nodes of a new cluster started moments apart, as three machines
+/// are, all found it under their founding ids: none joins as a new member
+/// (which would leave the cluster a fault away from no majority until its
+/// join ends). The last one is heard before the others found the cluster
+/// but starts its Raft only after they elected a leader and wrote: it
+/// finds its own process among those the founders heard, and so takes its
+/// founding id. A node whose data is lost after it ran is never heard
+/// again as that process: it joins as a new member (the test above).
+#[test]
+fn nodes_started_moments_apart_all_found_the_cluster_under_their_founding_ids() {
+    let mut cluster = Cluster::stopped(Duration::from_secs(60));
+    let late = cluster.open(2);
+    let first = [(0, cluster.open(0)), (1, cluster.open(1))];
+    cluster.run(first.into());
+    cluster.write("catalog", b"founded");
+    cluster.run(vec![(2, late)]);
+    cluster.wait_for(2, "catalog", b"founded");
+    for (i, name) in NAMES.iter().enumerate() {
+        assert_eq!(
+            cluster.nodes[i].as_ref().unwrap().id(),
+            member_id(name),
+            "{name} is not a founding member"
+        );
+    }
+    // Every node a voter that acknowledges: the two first nodes stopped in
+    // turn, the cluster still takes writes.
+    let leader = cluster.leader();
+    cluster.stop(leader);
+    cluster.write("catalog", b"one down");
+}
+
+/// A node of a new cluster started after the others' wait for it
+/// (`FOUNDING_WAIT`) joins as a new member; the cluster takes writes the
+/// whole time.
+#[test]
+fn a_node_started_after_the_founding_wait_joins_as_a_new_member() {
+    let mut cluster = Cluster::stopped(Duration::from_secs(60));
+    cluster.start_together(&[0, 1]);
+    cluster.write("catalog", b"founded");
+    cluster.start(2);
+    cluster.wait_for(2, "catalog", b"founded");
+    assert_ne!(cluster.nodes[2].as_ref().unwrap().id(), member_id("m2"));
 }
