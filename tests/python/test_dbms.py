@@ -637,14 +637,19 @@ NO_LEADER = "not the leader: no master leads now (an election is under way)"
 
 
 @contextlib.contextmanager
-def fake_master(says):
+def fake_master(says, refusals=None):
     """The address of a master served here that is not the leader: it
-    answers every query and import `notLeader` with the message `says`.
+    answers every query and import `notLeader` with the message `says`
+    (after `refusals` calls, if given, it leads: it answers `notFound`).
     Yields the address and a list that gets one entry per call."""
     calls = []
 
     def refuse(error):
         calls.append(None)
+        if refusals is not None and len(calls) > refusals:
+            error.kind = "notFound"
+            error.message = "vector 3 not found"
+            return
         error.kind = "notLeader"
         error.message = says
 
@@ -699,9 +704,12 @@ class NotLeaderTest(OneSlaveTest):
                 with self.assertRaises(bitfold_client.Error) as caught:
                     client.query("P:3")
                 took = time.monotonic() - began
-            with bitfold_client.Client(follower) as alone:
+            with bitfold_client.Client(follower, failover=0.8) as alone:
+                asked.clear()
+                began = time.monotonic()
                 with self.assertRaises(bitfold_client.Error) as single:
                     alone.query("P:3")
+                alone_took = time.monotonic() - began
         failed = caught.exception
         self.assertEqual(failed.kind, "unavailable", failed.message)
         self.assertTrue(failed.message.startswith("unavailable: no master leads: "), failed.message)
@@ -710,9 +718,22 @@ class NotLeaderTest(OneSlaveTest):
         self.assertEqual(failed.failed_machines, [refused, follower])
         self.assertGreaterEqual(len(asked), 2, "the masters were tried again")
         self.assertTrue(0.8 <= took < 30, took)
-        # A single master's answer is the caller's to see.
+        # A single master is asked again for the failover window; then its
+        # answer is the caller's to see.
         refusal = single.exception
         self.assertEqual((refusal.kind, refusal.message), ("notLeader", NO_LEADER))
+        self.assertGreaterEqual(len(asked), 2, "the single master was asked again")
+        self.assertTrue(0.8 <= alone_took < 30, alone_took)
+
+    def test_a_single_master_is_asked_again_until_one_leads(self):
+        """A DBMS given one master of several (which sends calls on to the
+        leader) gets the leader's answer once one leads, not `notLeader`."""
+        with fake_master(NO_LEADER, refusals=3) as (master, asked):
+            with bitfold_client.Client(master, failover=20) as client:
+                with self.assertRaises(bitfold_client.Error) as caught:
+                    client.query("P:3")
+        self.assertEqual(caught.exception.kind, "notFound", caught.exception.message)
+        self.assertEqual(len(asked), 4, "asked until it answered as the leader")
 
 
 class TlsDbmsTest(DbmsTest):

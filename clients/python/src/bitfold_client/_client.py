@@ -114,8 +114,14 @@ class _Lost(Exception):
 
 
 class _NotLeader(Exception):
-    """A master that is one of several and does not lead (its message):
-    try the leader it names, or the next."""
+    """A master that does not lead (its message): try the leader it names,
+    or the next; a single master, again. ``answer`` is what the call gets
+    if no master leads within the failover window: the ``notLeader``
+    :class:`Error`, or None for a refused call."""
+
+    def __init__(self, message: str, answer=None):
+        super().__init__(message)
+        self.answer = answer
 
 
 class _Connection:
@@ -233,7 +239,7 @@ class _Link:
     async def attempt(self, index: int, send, timeout: float):
         """`await send(master)` on a connection to master `index`. Raises
         :class:`_Lost` when it cannot be reached or drops the call, and
-        :class:`_NotLeader` when it is one of several and does not lead."""
+        :class:`_NotLeader` when it does not lead."""
         async with self.lock:
             connection = self.connection
             if connection is None or connection.index != index or connection.closed:
@@ -252,15 +258,15 @@ class _Link:
                 raise _Lost(self.lost_reason(connection, err)) from None
             text = getattr(err, "description", None) or str(err)
             refusal = text.removeprefix("remote exception: ")
-            if refusal.startswith(NOT_LEADER) and len(self.masters) > 1:
+            if refusal.startswith(NOT_LEADER):
                 raise _NotLeader(refusal) from None
             raise Error(
                 "protocol",
                 f"the master at {self.masters[index]} failed the call: {text}",
             ) from None
         connection.answered = connection.answered or send is not _no_call
-        if isinstance(answer, Error) and answer.kind == "notLeader" and len(self.masters) > 1:
-            raise _NotLeader(answer.message)
+        if isinstance(answer, Error) and answer.kind == "notLeader":
+            raise _NotLeader(answer.message, answer)
         return answer
 
     async def call(self, send, timeout: float, failover: float):
@@ -268,10 +274,12 @@ class _Link:
         reached, drops the call or is not the leader, the call goes to the
         next master (or the leader a `notLeader` message names); once each
         has failed in turn they are tried again after a short pause, until
-        `failover` seconds have passed since the first failure (a single
-        master is tried once). Then a `connection` error naming every master
-        and why when none answered, or `unavailable` when one answered but
-        none leads."""
+        `failover` seconds have passed since the first failure. Then a
+        `connection` error naming every master and why when none answered,
+        or `unavailable` when one answered but none leads. A single master
+        (which sends calls on to the leader) is tried once when it cannot be
+        reached, and asked again while it answers that none leads, until
+        `failover` has passed: then the call gets its `notLeader` answer."""
         if self.lock is None:
             self.lock = asyncio.Lock()
         loop = asyncio.get_running_loop()
@@ -290,6 +298,14 @@ class _Link:
                 failures[index] = str(refusal)
                 answered = True
                 leader = self.named_leader(str(refusal))
+                if len(self.masters) == 1:
+                    if deadline is None:
+                        deadline = loop.time() + failover
+                    if loop.time() < deadline:
+                        await asyncio.sleep(PAUSE)
+                        continue
+                    if refusal.answer is not None:
+                        return refusal.answer
             if deadline is None:
                 deadline = loop.time() + (failover if len(self.masters) > 1 else 0)
             attempts += 1
