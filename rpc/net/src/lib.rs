@@ -584,7 +584,9 @@ fn start(
 }
 
 /// A connection to a server and its bootstrap capability; dropping it
-/// closes the connection.
+/// closes the connection, and a call still under way on it is then never
+/// answered: hold the connection (not only its client) until each call
+/// ends.
 pub struct Connection<C> {
     /// The server's bootstrap capability.
     pub client: C,

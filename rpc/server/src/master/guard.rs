@@ -76,12 +76,13 @@ macro_rules! checked {
                     let Some(leader) = leader else {
                         return checked!(@refuse failure, results $(, $init)?);
                     };
-                    let mut request = leader.$request();
+                    // `leader`, the connection, is held until the answer.
+                    let mut request = leader.client.$request();
                     request.set(params.get()?)?;
                     match request.send().promise.await {
                         Ok(answer) => results.set(answer.get()?),
                         Err(e) => {
-                            self.serving.drop_leader_link();
+                            self.serving.drop_leader_link(&leader);
                             let failure = Failure::new(
                                 ErrorKind::NotLeader,
                                 format!("{}; sending the call on to it failed: {e}", failure.message),

@@ -39,6 +39,11 @@ use crate::tls::{Role, Tls};
 /// that `status` shows which masters are down even then.
 const PROVEN: [&str; 5] = ["query", "import", "clear", "delete", "rebalance"];
 
+/// How long a master waits to open its connection to the leader, on which
+/// it sends calls on (a paused leader takes the connection but never
+/// answers).
+const LINK_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The master a connection's calls go to.
 pub(super) enum Serving {
     /// The one master.
@@ -103,8 +108,10 @@ impl Serving {
     }
 
     /// A connection to the leader, if another master leads, on which this
-    /// one's calls are sent on (marked `forwarding` when opened).
-    pub(super) async fn leader_link(&self) -> Option<master::Client> {
+    /// one's calls are sent on (marked `forwarding` when opened). A call
+    /// holds it until answered: dropping a connection ends it, and a call
+    /// under way on it would then never be answered.
+    pub(super) async fn leader_link(&self) -> Option<Rc<Connection<master::Client>>> {
         let Serving::Replicated(replicated) = self else {
             return None;
         };
@@ -112,34 +119,54 @@ impl Serving {
         if name == replicated.name {
             return None;
         }
-        if let Some((open, link)) = &*replicated.leader.borrow()
-            && *open == addr
-            && !link.is_closed()
-        {
-            return Some(link.client.clone());
+        if let Some(link) = replicated.open_link(&addr) {
+            return Some(link);
         }
         let tls = replicated.tls.as_ref();
-        let link: Connection<master::Client> =
-            match net::connect(&addr, net::Sent::default(), tls, Role::Master).await {
-                Ok(link) => link,
-                Err(e) => {
-                    tracing::info!(
-                        "master {} cannot reach the leader {name} at {addr}: {e}",
-                        replicated.name
-                    );
-                    return None;
+        let open = async {
+            let link: Connection<master::Client> =
+                net::connect(&addr, net::Sent::default(), tls, Role::Master)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            link.client
+                .forwarding_request()
+                .send()
+                .promise
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(link)
+        };
+        let why = match tokio::time::timeout(LINK_TIMEOUT, open).await {
+            Ok(Ok(link)) => {
+                // Another call may have connected meanwhile: keep the first.
+                if let Some(link) = replicated.open_link(&addr) {
+                    return Some(link);
                 }
-            };
-        link.client.forwarding_request().send().promise.await.ok()?;
-        let client = link.client.clone();
-        *replicated.leader.borrow_mut() = Some((addr, Rc::new(link)));
-        Some(client)
+                let link = Rc::new(link);
+                *replicated.leader.borrow_mut() = Some((addr, link.clone()));
+                return Some(link);
+            }
+            Ok(Err(why)) => why,
+            Err(_) => format!("no answer within {}", net::seconds(LINK_TIMEOUT)),
+        };
+        tracing::info!(
+            "master {} cannot reach the leader {name} at {addr}: {why}",
+            replicated.name
+        );
+        None
     }
 
-    /// Forgets the connection to the leader (a call on it failed).
-    pub(super) fn drop_leader_link(&self) {
+    /// Forgets the connection to the leader `used` (a call on it failed),
+    /// unless another has replaced it already.
+    pub(super) fn drop_leader_link(&self, used: &Rc<Connection<master::Client>>) {
         if let Serving::Replicated(replicated) = self {
-            replicated.leader.borrow_mut().take();
+            let mut leader = replicated.leader.borrow_mut();
+            if leader
+                .as_ref()
+                .is_some_and(|(_, held)| Rc::ptr_eq(held, used))
+            {
+                leader.take();
+            }
         }
     }
 
@@ -184,6 +211,14 @@ impl Serving {
 }
 
 impl Replicated {
+    /// The open connection to the leader at `addr`, if there is one.
+    fn open_link(&self, addr: &str) -> Option<Rc<Connection<master::Client>>> {
+        match &*self.leader.borrow() {
+            Some((open, link)) if open == addr && !link.is_closed() => Some(link.clone()),
+            _ => None,
+        }
+    }
+
     /// Its Raft node, once Raft runs.
     fn quorum(&self) -> Option<Arc<Quorum>> {
         match &*self.node.borrow() {
