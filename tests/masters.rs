@@ -235,6 +235,25 @@ fn a_master_that_is_not_the_leader_sends_calls_to_the_one_it_names() {
     assert_eq!(skipped.calls(), 0, "the named leader is asked next");
 }
 
+/// A follower that still names a leader that is down (as one does for
+/// about a second after the leader dies) does not send the client back to
+/// it: the client tries the next master in turn, and finds the leader.
+#[test]
+fn a_follower_naming_a_dead_leader_does_not_send_the_client_back_to_it() {
+    let cluster = Cluster::start(2, 1);
+    let dead = dead_addr();
+    let follower = FakeMaster::not_leader(&format!("not the leader: master m0 at {dead} leads"));
+    let masters = format!("{dead},{},{}", follower.addr, cluster.master_addr());
+    let mut client = Client::connect(&masters).expect("a master takes the connection");
+    client.set_failover(Duration::from_secs(3));
+    import_one_bit_each(&client, 5, 5);
+    assert!(
+        follower.calls() <= 2,
+        "the follower was asked {} times: the client went back to the dead leader it named",
+        follower.calls()
+    );
+}
+
 /// While no master leads, a call tries each in turn for the failover
 /// window, then fails as `unavailable` naming each master and why.
 #[test]

@@ -225,7 +225,10 @@ impl Link {
             let deadline = since + patience.failover;
             attempts += 1;
             failures[at] = Some(why(&err));
-            self.leave(at, self.named_leader(&err));
+            // A leader named that has failed this call already (a follower
+            // that still names a dead leader) is left for the next in turn.
+            let leader = self.named_leader(&err).filter(|&l| failures[l].is_none());
+            self.leave(at, leader);
             if attempts >= self.masters.len() && Instant::now() >= deadline {
                 return Err(self.no_leader(&failures, since.elapsed()));
             }

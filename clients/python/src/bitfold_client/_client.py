@@ -298,6 +298,10 @@ class _Link:
                 failures[index] = str(refusal)
                 answered = True
                 leader = self.named_leader(str(refusal))
+                # A leader named that has failed this call already (a
+                # follower that still names a dead leader): the next in turn.
+                if leader in failures:
+                    leader = None
                 if len(self.masters) == 1:
                     if deadline is None:
                         deadline = loop.time() + failover
