@@ -598,7 +598,11 @@ fn a_follower_sends_its_callers_writes_and_reads_on_to_the_leader() {
             assert!(
                 matches!(
                     answer,
-                    Ok(_) | Err(Error::Query { kind: ErrorKind::NotFound, .. })
+                    Ok(_)
+                        | Err(Error::Query {
+                            kind: ErrorKind::NotFound,
+                            ..
+                        })
                 ),
                 "a call sent on by the follower: {answer:?}"
             );
