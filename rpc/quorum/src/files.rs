@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::io::Cursor;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use bitfold_engine::store::{AppendFile, Directory, StoreError, read_sealed, write_sealed};
+use bitfold_engine::store::{AppendFile, Directory, StoreError, write_sealed};
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
     AnyError, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, StorageError,
@@ -21,7 +21,7 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{Change, Member, Records};
+use crate::{Change, Member, REMOVE_THE_DATA, Records, read_kept};
 
 const APPLIED: &str = "applied";
 const SNAPSHOT: &str = "snapshot";
@@ -105,32 +105,8 @@ impl FileMachine {
         records: Arc<dyn Directory>,
         raft: Arc<dyn Directory>,
     ) -> Result<FileMachine, String> {
-        let names = raft.list().map_err(|e| e.to_string())?;
-        let read = |name: &str| -> Result<Option<Vec<u8>>, String> {
-            if !names.iter().any(|n| n == name) {
-                return Ok(None);
-            }
-            read_sealed(&*raft, name).map(Some).map_err(|e| {
-                format!(
-                    "{e}; it is this master's copy of the replicated records: remove the \
-                     master's data directory and add the master again"
-                )
-            })
-        };
-        let damaged = |name: &str, e: postcard::Error| {
-            format!(
-                "{} is damaged ({e}): remove the master's data directory and add the master again",
-                raft.path(name).display()
-            )
-        };
-        let applied: Applied = match read(APPLIED)? {
-            Some(body) => postcard::from_bytes(&body).map_err(|e| damaged(APPLIED, e))?,
-            None => Applied::default(),
-        };
-        let kept: Option<Kept> = match read(SNAPSHOT)? {
-            Some(body) => Some(postcard::from_bytes(&body).map_err(|e| damaged(SNAPSHOT, e))?),
-            None => None,
-        };
+        let applied: Applied = read_kept(&*raft, APPLIED, REMOVE_THE_DATA)?.unwrap_or_default();
+        let kept: Option<Kept> = read_kept(&*raft, SNAPSHOT, REMOVE_THE_DATA)?;
         let machine = FileMachine {
             inner: Arc::new(Mutex::new(Inner {
                 records,

@@ -30,6 +30,8 @@ pub mod node;
 use std::fmt;
 use std::hash::Hasher;
 
+use bitfold_engine::store::{Directory, read_sealed};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use directory::ReplicatedDirectory;
@@ -129,4 +131,52 @@ pub fn member_id(name: &str) -> u64 {
     let mut hasher = fnv::FnvHasher::default();
     hasher.write(name.as_bytes());
     hasher.finish()
+}
+
+/// What a master does about a damaged file of its Raft folder.
+pub(crate) const REMOVE_THE_DATA: &str = "restore the master's data directory from a backup, or remove it and start the master \
+     again (it joins the others as a new member)";
+
+/// Reads sealed file `name` of `dir`, a value in postcard, if it is there;
+/// a damaged file is an error naming it and then `fix`.
+pub(crate) fn read_kept<T: DeserializeOwned>(
+    dir: &dyn Directory,
+    name: &str,
+    fix: &str,
+) -> Result<Option<T>, String> {
+    let damaged = |e: String| format!("{} is damaged ({e}): {fix}", dir.path(name).display());
+    match read_sealed(dir, name) {
+        Ok(body) => postcard::from_bytes(&body)
+            .map(Some)
+            .map_err(|e| damaged(e.to_string())),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(damaged(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bitfold_engine::store::{MemoryDirectory, write_sealed};
+
+    use super::*;
+
+    #[test]
+    fn a_kept_value_reads_back_is_none_when_absent_and_damage_names_the_file_and_fix() {
+        let dir = MemoryDirectory::new();
+        let absent: Option<u64> = read_kept(&dir, "vote", "fix it").unwrap();
+        assert_eq!(absent, None);
+        write_sealed(&dir, "vote", &postcard::to_stdvec(&7u64).unwrap()).unwrap();
+        assert_eq!(read_kept::<u64>(&dir, "vote", "fix it").unwrap(), Some(7));
+        // A sealed file whose body is not the value, and one cut short.
+        write_sealed(&dir, "vote", b"").unwrap();
+        let wrong = read_kept::<u64>(&dir, "vote", "fix it").unwrap_err();
+        let mut cut = dir.create("purged").unwrap();
+        cut.write_all(b"not sealed").unwrap();
+        cut.commit().unwrap();
+        let damaged = read_kept::<u64>(&dir, "purged", "fix it").unwrap_err();
+        for (error, name) in [(wrong, "vote"), (damaged, "purged")] {
+            assert!(error.contains(&format!("{name} is damaged")), "{error}");
+            assert!(error.ends_with(": fix it"), "{error}");
+        }
+    }
 }

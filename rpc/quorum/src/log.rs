@@ -16,17 +16,16 @@ use std::io;
 use std::ops::RangeBounds;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 
-use bitfold_engine::store::{Directory, read_sealed, write_sealed};
+use bitfold_engine::store::{Directory, write_sealed};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{
     AnyError, Entry, LogId, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote,
 };
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use tokio::sync::oneshot;
 
-use crate::Records;
+use crate::{REMOVE_THE_DATA, Records, read_kept};
 
 const VOTE: &str = "vote";
 const PURGED: &str = "purged";
@@ -67,18 +66,17 @@ impl LogStore {
     /// Reads the log of `dir` (the master's Raft folder); a damaged file or
     /// a gap between entries is refused with an error naming it.
     pub fn open(dir: Arc<dyn Directory>) -> Result<LogStore, String> {
-        let vote = read_optional(&*dir, VOTE)?;
-        let purged: Option<LogId<u64>> = read_optional(&*dir, PURGED)?;
+        let vote = read_kept(&*dir, VOTE, REMOVE_THE_DATA)?;
+        let purged: Option<LogId<u64>> = read_kept(&*dir, PURGED, REMOVE_THE_DATA)?;
         let mut ids = BTreeMap::new();
         for name in dir.list().map_err(|e| e.to_string())? {
             let Some(index) = name.strip_prefix(ENTRY).and_then(|i| i.parse::<u64>().ok()) else {
                 continue;
             };
-            let entry: Entry<Records> = decode(&*dir, &name)?;
+            let entry = read_entry(&*dir, &name)?;
             if entry.log_id.index != index {
                 return Err(format!(
-                    "{} holds entry {} of the Raft log, not {index}: restore the master's \
-                     data directory from a backup, or remove it and add the master again",
+                    "{} holds entry {} of the Raft log, not {index}: {REMOVE_THE_DATA}",
                     dir.path(&name).display(),
                     entry.log_id.index
                 ));
@@ -91,8 +89,7 @@ impl LogStore {
         let starts = purged.is_none() || ids.keys().next().is_none_or(|&i| i == first);
         if !contiguous || !starts {
             return Err(format!(
-                "the Raft log in {} has a gap: restore the master's data directory from a \
-                 backup, or remove it and add the master again",
+                "the Raft log in {} has a gap: {REMOVE_THE_DATA}",
                 dir.path("").display()
             ));
         }
@@ -157,32 +154,14 @@ fn encode(value: &impl Serialize) -> Result<Vec<u8>, AnyError> {
     postcard::to_stdvec(value).map_err(|e| AnyError::error(e.to_string()))
 }
 
-fn decode<T: DeserializeOwned>(dir: &dyn Directory, name: &str) -> Result<T, String> {
-    let damaged = |e: String| {
+/// Entry file `name` of `dir`, which its listing holds.
+fn read_entry(dir: &dyn Directory, name: &str) -> Result<Entry<Records>, String> {
+    read_kept(dir, name, REMOVE_THE_DATA)?.ok_or_else(|| {
         format!(
-            "{} is damaged ({e}): restore the master's data directory from a backup, or remove \
-             it and add the master again",
+            "{} is gone from the Raft log: {REMOVE_THE_DATA}",
             dir.path(name).display()
         )
-    };
-    let body = read_sealed(dir, name).map_err(|e| damaged(e.to_string()))?;
-    postcard::from_bytes(&body).map_err(|e| damaged(e.to_string()))
-}
-
-fn read_optional<T: DeserializeOwned>(
-    dir: &dyn Directory,
-    name: &str,
-) -> Result<Option<T>, String> {
-    if dir
-        .list()
-        .map_err(|e| e.to_string())?
-        .iter()
-        .any(|n| n == name)
-    {
-        decode(dir, name).map(Some)
-    } else {
-        Ok(None)
-    }
+    })
 }
 
 fn write(dir: &dyn Directory, name: &str, value: &impl Serialize) -> Result<(), AnyError> {
@@ -200,7 +179,7 @@ impl RaftLogReader<Records> for LogStore {
         for &index in inner.ids.range(range).map(|(i, _)| i) {
             let entry = match inner.unwritten.get(&index) {
                 Some(entry) => entry.clone(),
-                None => decode(&*inner.dir, &entry_name(index))
+                None => read_entry(&*inner.dir, &entry_name(index))
                     .map_err(|e| StorageIOError::read_log_at_index(index, AnyError::error(e)))?,
             };
             entries.push(entry);

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use bitfold_engine::store::{Directory, MmapDirectory, read_sealed, write_sealed};
+use bitfold_engine::store::{Directory, MmapDirectory, write_sealed};
 use openraft::error::{InitializeError, RaftError};
 use openraft::{Config, Raft, ServerState, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
@@ -17,7 +17,7 @@ use crate::directory::ReplicatedDirectory;
 use crate::files::FileMachine;
 use crate::log::LogStore;
 use crate::network::{Message, Network, Reply, Transport};
-use crate::{Member, Records, join, member_id};
+use crate::{Member, REMOVE_THE_DATA, Records, join, member_id, read_kept};
 
 /// How one master of several runs its Raft node.
 #[derive(Debug, Clone)]
@@ -312,24 +312,11 @@ impl Identity {
     }
 
     fn read(dir: &dyn Directory, name: &str) -> Result<Option<Identity>, String> {
-        if !dir
-            .list()
-            .map_err(|e| e.to_string())?
-            .iter()
-            .any(|n| n == IDENTITY)
-        {
+        let Some((held, identity)) =
+            read_kept::<(String, Identity)>(dir, IDENTITY, REMOVE_THE_DATA)?
+        else {
             return Ok(None);
-        }
-        let damaged = |e: String| {
-            format!(
-                "{} is damaged ({e}): remove the master's data directory and start it again \
-                 (it joins the others as a new member)",
-                dir.path(IDENTITY).display()
-            )
         };
-        let body = read_sealed(dir, IDENTITY).map_err(|e| damaged(e.to_string()))?;
-        let (held, identity): (String, Identity) =
-            postcard::from_bytes(&body).map_err(|e| damaged(e.to_string()))?;
         if held != name {
             return Err(format!(
                 "{} belongs to master {held}, not {name}: start master {held} on it, or give \
