@@ -32,6 +32,10 @@ pub(super) type Reply<T> = mpsc::SyncSender<Result<T, Error>>;
 /// leads: an election takes about a second.
 const PAUSE: Duration = Duration::from_millis(150);
 
+/// How long a client given several masters waits for `status` to learn
+/// which leads.
+const LEADER_CHECK: Duration = Duration::from_secs(2);
+
 /// How long a call waits: for one master's answer, and for some master to
 /// lead when there are several.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +118,8 @@ pub(super) struct Link {
     masters: Vec<MasterLink>,
     /// The one calls go to.
     current: Cell<usize>,
+    /// Whether the leader was sought since calls last moved to a master.
+    leader_sought: Cell<bool>,
 }
 
 impl Link {
@@ -136,12 +142,38 @@ impl Link {
                 .map(|addr| MasterLink::new(addr.to_owned(), tls.clone()))
                 .collect(),
             current: Cell::new(0),
+            leader_sought: Cell::new(false),
         }
     }
 
     /// Connects to a master, unless connected already.
     pub(super) async fn connect(&self) -> Result<(), Error> {
         self.answer(Patience::default(), |m| m.connect()).await
+    }
+
+    /// Given several masters, moves calls to the one that leads, as the
+    /// master in use says, if it is one of them (by address): a follower
+    /// sends every call on to the leader, one more hop each. A master that
+    /// does not answer in time, or names no leader, changes nothing.
+    async fn find_leader(&self) {
+        if self.masters.len() < 2 {
+            return;
+        }
+        let at = self.current.get();
+        let master = &self.masters[at];
+        let Ok(status) = master.within(LEADER_CHECK, master.status()).await else {
+            return;
+        };
+        let leader = status
+            .masters
+            .iter()
+            .find(|m| m.state == "leader")
+            .and_then(|leader| self.masters.iter().position(|m| m.addr == leader.addr));
+        if let Some(leader) = leader
+            && self.current.get() == at
+        {
+            self.current.set(leader);
+        }
     }
 
     /// Runs `call`, within `patience`, and sends its result to the call's reply.
@@ -219,7 +251,13 @@ impl Link {
             let master = &self.masters[at];
             let err = match master.within(patience.timeout, attempt(master)).await {
                 Err(err) if moves_on(&err) => err,
-                answered => return answered,
+                answered => {
+                    // First answered, or after a failover: perhaps by a follower.
+                    if answered.is_ok() && !self.leader_sought.replace(true) {
+                        self.find_leader().await;
+                    }
+                    return answered;
+                }
             };
             let since = *first_failure.get_or_insert_with(Instant::now);
             let deadline = since + patience.failover;
@@ -248,6 +286,7 @@ impl Link {
                 .filter(|&l| l != at)
                 .unwrap_or((at + 1) % self.masters.len());
             self.current.set(next);
+            self.leader_sought.set(false);
         }
     }
 
