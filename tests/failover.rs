@@ -139,35 +139,6 @@ fn first_write_after(cluster: &Cluster, recorder: &Recorder, since: u64) -> Dura
     }
 }
 
-/// Waits until the leader sees every master up and voting (each `leader`
-/// or `follower`: none `down`, none a `learner` still joining), so that the
-/// next fault leaves a majority.
-fn wait_masters_up(cluster: &Cluster) {
-    let client = client_of(
-        &cluster.master_addr(),
-        Duration::from_secs(2),
-        Duration::from_secs(5),
-    );
-    let deadline = Instant::now() + ELECTION;
-    loop {
-        let status = client.full_status();
-        if let Ok(status) = &status
-            && status.masters.len() == MASTERS
-            && status
-                .masters
-                .iter()
-                .all(|m| m.state == "leader" || m.state == "follower")
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the masters were not all up within {ELECTION:?}: {status:?}"
-        );
-        thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// Reads every vid of `vids` through the leader (an error retried for up
 /// to [`FINAL_RETRIES`]), then checks the whole history: each wrong
 /// answer, and each vid the final reads could not answer, as a finding.
@@ -292,7 +263,7 @@ fn the_leader_killed_under_load_is_replaced_and_nothing_is_lost_or_wrong() {
             gaps.push(query);
             cluster.restart_master_at(leader);
             fault(&recorder, format!("master m{leader} restarted"));
-            wait_masters_up(&cluster);
+            cluster.wait_masters_voting(ELECTION);
             leader = next;
         }
         thread::sleep(LOAD);
@@ -466,7 +437,6 @@ fn a_master_whose_data_is_lost_joins_again_from_a_snapshot_while_queries_go_on()
     let seed = 3;
     let layout = Layout::of(seed);
     let mut cluster = start(seed);
-    wait_masters_up(&cluster);
     let leader = cluster.leader(ELECTION).expect("a master leads");
     let lost = (leader + 1) % MASTERS;
     let addr = cluster.master_addr();
@@ -495,7 +465,7 @@ fn a_master_whose_data_is_lost_joins_again_from_a_snapshot_while_queries_go_on()
         std::fs::remove_dir_all(cluster.master_dir(lost)).expect("the data directory is removed");
         cluster.restart_master_at(lost);
         fault(&recorder, format!("master m{lost}'s data directory lost"));
-        wait_masters_up(&cluster);
+        cluster.wait_masters_voting(ELECTION);
         thread::sleep(LOAD);
         let raft = cluster.master_dir(lost).join("raft");
         let names: Vec<String> = std::fs::read_dir(&raft)
@@ -658,9 +628,9 @@ fn status_after_the_leader_is_killed_shows_one_leader_and_it_down() {
 #[test]
 fn a_follower_sends_its_callers_writes_and_reads_on_to_the_leader() {
     let cluster = start(1);
-    wait_masters_up(&cluster);
     let leader = cluster.leader(ELECTION).expect("a master leads");
-    // Not m0, whose calls `wait_masters_up` may have sent on already.
+    // Not m0, whose calls the start's wait for the masters may have sent
+    // on already.
     let follower = (1..MASTERS).find(|&i| i != leader).expect("a follower");
     let follower = &cluster.master_addrs[follower];
     // Calls arriving at once, before the follower has a connection to the

@@ -389,36 +389,60 @@ impl Cluster {
             let server = cluster.spawn_master(i).expect("a master starts");
             cluster.masters.push(Some(server));
         }
-        cluster.wait_masters_voting(masters);
+        cluster.wait_masters_voting(Duration::from_secs(60));
         cluster
     }
 
-    /// Waits (60 s at most) until `masters` masters vote and one leads: a
-    /// master that started last may join as a new member, and a fault
-    /// before it has would leave no majority.
-    fn wait_masters_voting(&self, masters: usize) {
+    /// Waits (`patience` at most) until every master of the cluster file
+    /// votes (`leader` or `follower`: none `down`, none a `learner` still
+    /// joining) and one leads, so that the next fault leaves a majority;
+    /// fails if they do not.
+    pub fn wait_masters_voting(&self, patience: Duration) {
         let mut client = Client::connect(&self.master_addr()).expect("a client of the masters");
         client.set_timeout(Duration::from_secs(2));
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let status = client.full_status();
-            if let Ok(status) = &status {
-                let states: Vec<&str> = status.masters.iter().map(|m| m.state.as_str()).collect();
-                let leaders = states.iter().filter(|s| **s == "leader").count();
-                let voting = states
-                    .iter()
-                    .filter(|s| matches!(**s, "leader" | "follower"))
-                    .count();
-                if states.len() == masters && voting == masters && leaders == 1 {
-                    return;
+        if let Err(e) = self.masters_voting(&client, patience) {
+            panic!("{e}");
+        }
+    }
+
+    /// [`Cluster::wait_masters_voting`] through `client`: why not, if the
+    /// masters do not all vote within `patience`. With one master, `Ok` at
+    /// once.
+    pub fn masters_voting(&self, client: &Client, patience: Duration) -> Result<(), String> {
+        let count = self.master_addrs.len();
+        if count == 0 {
+            return Ok(());
+        }
+        let deadline = Instant::now() + patience;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            match client.full_status() {
+                Ok(status) => {
+                    let states: Vec<&str> =
+                        status.masters.iter().map(|m| m.state.as_str()).collect();
+                    let voting = states
+                        .iter()
+                        .filter(|s| matches!(**s, "leader" | "follower"))
+                        .count();
+                    let leaders = states.iter().filter(|s| **s == "leader").count();
+                    if states.len() == count && voting == count && leaders == 1 {
+                        return Ok(());
+                    }
+                    last = status
+                        .masters
+                        .iter()
+                        .map(|m| format!("{} {}", m.name, m.state))
+                        .collect::<Vec<_>>()
+                        .join(", ");
                 }
+                Err(e) => last = e.to_string(),
             }
-            assert!(
-                Instant::now() < deadline,
-                "the masters never all voted: {status:?}"
-            );
             std::thread::sleep(Duration::from_millis(100));
         }
+        Err(format!(
+            "the masters did not all vote within {} s: {last}",
+            patience.as_secs()
+        ))
     }
 
     /// A cluster whose `slaves` slaves run, its cluster file written

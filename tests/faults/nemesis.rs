@@ -326,39 +326,7 @@ fn pick_master(cluster: &Cluster, client: &Client, leader: bool, other: usize) -
 /// (a wiped one joining as a new member above all) may not count yet.
 /// With one master, returns at once.
 fn masters_whole(cluster: &Cluster, client: &Client) -> Result<(), String> {
-    let count = cluster.masters.len();
-    if count == 0 {
-        return Ok(());
-    }
-    let deadline = Instant::now() + MASTERS_WHOLE;
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        match client.full_status() {
-            Ok(status) => {
-                let states: Vec<&str> = status.masters.iter().map(|m| m.state.as_str()).collect();
-                let voting = states
-                    .iter()
-                    .filter(|s| matches!(**s, "leader" | "follower"))
-                    .count();
-                let leaders = states.iter().filter(|s| **s == "leader").count();
-                if states.len() == count && voting == count && leaders == 1 {
-                    return Ok(());
-                }
-                last = status
-                    .masters
-                    .iter()
-                    .map(|m| format!("{} {}", m.name, m.state))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-            }
-            Err(e) => last = e.to_string(),
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
-    Err(format!(
-        "the masters were not whole within {} s: {last}",
-        MASTERS_WHOLE.as_secs()
-    ))
+    cluster.masters_voting(client, MASTERS_WHOLE)
 }
 
 /// Starts slave `i` again at its address with what is left of its data,
