@@ -156,9 +156,6 @@ impl Link {
     /// sends every call on to the leader, one more hop each. A master that
     /// does not answer in time, or names no leader, changes nothing.
     async fn find_leader(&self) {
-        if self.masters.len() < 2 {
-            return;
-        }
         let at = self.current.get();
         let master = &self.masters[at];
         let Ok(status) = master.within(LEADER_CHECK, master.status()).await else {
